@@ -1,0 +1,105 @@
+"""Tokenizers: CLIP BPE (the checkpoint's own files via transformers, else instant-clip-tokenizer) and T5 SentencePiece.
+
+Both CLIP backends only produce the BPE tokens of a text; the framing is ours, so the two give identical rows:
+`[SOT] tokens… [EOT] pad…`, `context_length` wide, truncated with EOT forced last (METHODS §1.2 step 7).
+"""
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from typing import Callable, Sequence
+
+import numpy as np
+
+SOT_ID, EOT_ID = 49406, 49407
+CLIP_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
+                        "special_tokens_map.json")
+_WS = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> str:
+  """The normalisation HF's CLIP tokenizer applies before BPE (NFC, whitespace collapsed; lower-casing happens in
+  both backends), applied to the instant backend so both see the same string."""
+  return _WS.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+class CLIPTokenizer:
+  """texts → np.int32 [N, context_length]. `pad_id`: 0 (open_clip) or the checkpoint tokenizer's pad id (HF)."""
+
+  def __init__(self, encode: Callable[[Sequence[str]], list[list[int]]], sot_id: int, eot_id: int,
+               context_length: int = 77, pad_id: int = 0, source_dir: str | None = None, backend: str = ""):
+    self._encode, self.sot_id, self.eot_id = encode, sot_id, eot_id
+    self.context_length, self.pad_id, self.source_dir, self.backend = context_length, pad_id, source_dir, backend
+
+  @classmethod
+  def default(cls, context_length: int = 77, pad_id: int = 0) -> "CLIPTokenizer":
+    """OpenAI's BPE (vocab 49408) from instant-clip-tokenizer, which embeds it: no files, no download."""
+    import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
+    tok = instant_clip_tokenizer.Tokenizer()
+    return cls(lambda texts: [tok.encode(clean_text(t)) for t in texts], tok.start_of_text(), tok.end_of_text(),
+               context_length, pad_id, backend="instant-clip-tokenizer")
+
+  @classmethod
+  def from_openai_vocab(cls, merges_file: str, vocab_size: int, context_length: int = 77,
+                        pad_id: int = 0) -> "CLIPTokenizer":
+    """instant-clip-tokenizer on an OpenAI-format merges file (`bpe_simple_vocab_16e6.txt`)."""
+    import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
+    tok = instant_clip_tokenizer.Tokenizer.load(merges_file, vocab_size)
+    return cls(lambda texts: [tok.encode(clean_text(t)) for t in texts], tok.start_of_text(), tok.end_of_text(),
+               context_length, pad_id, backend="instant-clip-tokenizer")
+
+  @classmethod
+  def from_dir(cls, directory: str, context_length: int = 77, pad_id: int | None = None) -> "CLIPTokenizer":
+    """The checkpoint's own tokenizer files (tokenizer.json or vocab.json + merges.txt), read by transformers."""
+    import transformers  # pylint: disable=import-outside-toplevel
+    hf = transformers.CLIPTokenizer.from_pretrained(directory)
+    sot, eot = hf.bos_token_id, hf.eos_token_id
+
+    def encode(texts):
+      ids = hf(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+      return [list(x) for x in ids]
+
+    pad = pad_id if pad_id is not None else (hf.pad_token_id if hf.pad_token_id is not None else 0)
+    return cls(encode, sot, eot, context_length, pad, source_dir=directory, backend="transformers")
+
+  @staticmethod
+  def has_files(directory: str) -> bool:
+    return os.path.exists(os.path.join(directory, "tokenizer.json")) or all(
+        os.path.exists(os.path.join(directory, f)) for f in ("vocab.json", "merges.txt"))
+
+  def __call__(self, texts: Sequence[str] | str) -> np.ndarray:
+    if isinstance(texts, str):
+      texts = [texts]
+    out = np.full((len(texts), self.context_length), self.pad_id, np.int32)
+    for row, toks in zip(out, self._encode(texts)):
+      ids = [self.sot_id, *toks[: self.context_length - 2], self.eot_id]
+      row[: len(ids)] = ids
+    return out
+
+  def count_truncated(self, texts: Sequence[str]) -> int:
+    """How many texts lose tokens at `context_length` (METHODS §1.2 step 7 asks to count them)."""
+    return sum(len(t) > self.context_length - 2 for t in self._encode(texts))
+
+
+class T5Tokenizer:
+  """SentencePiece `spiece.model` → np.int32 [N, max_length]: pieces, EOS appended (kept on truncation), pad 0."""
+
+  def __init__(self, spiece_model: str, pad_id: int = 0, eos_id: int = 1):
+    import sentencepiece  # pylint: disable=import-outside-toplevel
+    if not os.path.exists(spiece_model):
+      raise FileNotFoundError(f"T5 tokenizer model {spiece_model} not found (an HF T5 directory has spiece.model)")
+    self.sp = sentencepiece.SentencePieceProcessor(model_file=spiece_model)
+    self.pad_id, self.eos_id, self.path = pad_id, eos_id, spiece_model
+
+  def __call__(self, texts: Sequence[str] | str, max_length: int = 77) -> np.ndarray:
+    if isinstance(texts, str):
+      texts = [texts]
+    out = np.full((len(texts), max_length), self.pad_id, np.int32)
+    for row, ids in zip(out, self.sp.encode(list(texts))):
+      ids = [*ids[: max_length - 1], self.eos_id]
+      row[: len(ids)] = ids
+    return out
+
+  def decode(self, ids: np.ndarray) -> list[str]:
+    return [self.sp.decode([int(i) for i in row if i not in (self.pad_id, self.eos_id)]) for row in np.asarray(ids)]

@@ -1,0 +1,152 @@
+"""The public model API: `load_clip` and `save_clip` over every format we read and write (DESIGN §2).
+
+Formats: an HF CLIP directory; an open_clip state dict file (or a directory holding `open_clip_model.safetensors`);
+our own `compclip` directory (`compclip.json` + `model.safetensors` in our parameter names, dtypes kept).
+Nothing is ever downloaded, and nothing is unpickled unsafely.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import numpy as np
+from flax import nnx
+
+from compclip_jax.data.images import Preprocess
+from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, T5Tokenizer
+from compclip_jax.models import clip_config
+from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.t5 import T5Decoder
+from compclip_jax.weights import files, hf, maps, open_clip, params
+
+FORMATS = ("hf", "open_clip", "compclip")
+COMPCLIP_META = "compclip.json"
+OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+
+
+def detect_format(path: str) -> str:
+  """'hf' | 'open_clip' | 'compclip' for a local path, with an error that says what was expected."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist (load_clip never downloads: pass a local directory or file)")
+  if os.path.isdir(path):
+    if os.path.exists(os.path.join(path, COMPCLIP_META)):
+      return "compclip"
+    if any(os.path.exists(os.path.join(path, f)) for f in OPEN_CLIP_FILES):
+      return "open_clip"
+    if os.path.exists(os.path.join(path, "config.json")):
+      return "hf"
+    raise ValueError(f"{path}: not a CLIP checkpoint directory (expected config.json + model.safetensors (HF), "
+                     f"{COMPCLIP_META} (compclip) or {' / '.join(OPEN_CLIP_FILES)} (open_clip))")
+  return "open_clip"
+
+
+def _open_clip_file(path: str) -> str:
+  if os.path.isdir(path):
+    return next(os.path.join(path, f) for f in OPEN_CLIP_FILES if os.path.exists(os.path.join(path, f)))
+  return path
+
+
+def load_params(path: str, model_name: str | None = None, activation: str | None = None):
+  """(format, config, our flat params as numpy) from any supported checkpoint."""
+  fmt = detect_format(path)
+  if fmt == "hf":
+    cfg, flat = hf.load_clip_dir(path)
+  elif fmt == "open_clip":
+    cfg, flat = open_clip.load(_open_clip_file(path), model_name, activation)
+  else:
+    meta = hf.read_json(os.path.join(path, COMPCLIP_META))
+    cfg = _config_from_dict(meta["clip"])
+    flat = files.read_safetensors(os.path.join(path, "model.safetensors"))
+    params_expected = hf.clip_shapes(cfg)
+    flat = maps.import_params(flat, [maps.Rule((k,), k) for k in params_expected], params_expected, path)
+  return fmt, cfg, flat
+
+
+def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
+  return clip_config.CLIPConfig(text=clip_config.TextConfig(**d["text"]),
+                                vision=clip_config.VisionConfig(**d["vision"]),
+                                embed_dim=d["embed_dim"], logit_scale_init=d["logit_scale_init"])
+
+
+def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPTokenizer:
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  if CLIPTokenizer.has_files(directory):
+    return CLIPTokenizer.from_dir(directory, cfg.text.context_length)
+  if cfg.text.vocab_size != 49408:
+    raise ValueError(f"{path}: vocab size {cfg.text.vocab_size} is not OpenAI's 49408 and no tokenizer files "
+                     "(tokenizer.json or vocab.json + merges.txt) are beside the weights")
+  # open_clip pads with 0; HF pads with its pad token. Either way pooling finds the first EOT (METHODS §4).
+  return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
+
+
+def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
+              text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
+              remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer, Preprocess]:
+  """(model, tokenizer, preprocess) from an HF directory, an open_clip file, or a compclip directory.
+
+  `model_name` / `activation` only matter for open_clip files, whose state dict does not record them.
+  """
+  fmt, cfg, flat = load_params(path, model_name, activation)
+  model = params.build_with_params(
+      lambda: CLIP(cfg, rngs=nnx.Rngs(0), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes,
+                   remat_text=remat_text), flat)
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  preprocess = Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+  return model, _tokenizer_for(path, fmt, cfg), preprocess
+
+
+def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIPTokenizer | None = None,
+              preprocess: Preprocess | None = None) -> list[str]:
+  """Writes `model` as 'hf' (a directory), 'open_clip' (a .safetensors file, or a directory) or 'compclip'.
+
+  Tokenizer files are copied when the tokenizer came from files; `preprocessor_config.json` is written for 'hf' and
+  'compclip'. Returns the paths written. torch is not needed.
+  """
+  if format not in FORMATS:
+    raise ValueError(f"format {format!r}: use one of {FORMATS}")
+  cfg, flat = model.cfg, params.flat_params(model)
+  preprocess = preprocess or Preprocess(size=cfg.vision.image_size)
+  if format == "open_clip":
+    target = os.path.join(out_path, OPEN_CLIP_FILES[0]) if not out_path.endswith(".safetensors") else out_path
+    directory = os.path.dirname(os.path.abspath(target))
+    os.makedirs(directory, exist_ok=True)
+    files.write_safetensors(open_clip.export(cfg, flat), target)
+    side = os.path.join(directory, "open_clip_config.json")
+    with open(side, "w") as f:
+      json.dump({**open_clip.open_clip_config(cfg), "preprocess_cfg": {"mean": list(preprocess.mean),
+                                                                        "std": list(preprocess.std)}}, f, indent=2)
+    written = [target, side]
+  else:
+    directory = out_path
+    os.makedirs(directory, exist_ok=True)
+    if format == "hf":
+      written = [os.path.join(directory, f) for f in hf.save_clip_dir(cfg, flat, directory)]
+    else:
+      files.write_safetensors(flat, os.path.join(directory, "model.safetensors"), {"format": "compclip"})
+      with open(os.path.join(directory, COMPCLIP_META), "w") as f:
+        json.dump({"format": "compclip", "version": 1, "clip": dataclasses.asdict(cfg)}, f, indent=2)
+      written = [os.path.join(directory, f) for f in ("model.safetensors", COMPCLIP_META)]
+    with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:
+      json.dump(preprocess.to_hf_dict(), f, indent=2)
+    written.append(os.path.join(directory, "preprocessor_config.json"))
+  if tokenizer is not None and tokenizer.source_dir:
+    for name in CLIP_TOKENIZER_FILES:
+      src = os.path.join(tokenizer.source_dir, name)
+      if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(os.path.join(directory, name)):
+        shutil.copyfile(src, os.path.join(directory, name))
+        written.append(os.path.join(directory, name))
+  return written
+
+
+def load_t5_decoder(directory: str, dtypes: DTypes = DTypes()) -> tuple[T5Decoder, T5Tokenizer | None]:
+  """The frozen READ decoder from an HF T5 v1.1 directory (decoder, shared embedding, lm_head) and its tokenizer."""
+  cfg, flat = hf.load_t5_dir(directory)
+  model = params.build_with_params(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)), flat)
+  spiece = os.path.join(directory, "spiece.model")
+  return model, (T5Tokenizer(spiece) if os.path.exists(spiece) else None)
+
+
+def count_params(flat: dict[str, np.ndarray]) -> int:
+  return int(sum(np.prod(v.shape) for v in flat.values()))

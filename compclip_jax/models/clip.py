@@ -1,0 +1,189 @@
+"""Flax NNX CLIP: text tower, vision tower and the two-tower model (METHODS §4).
+
+Module and parameter names mirror transformers' `CLIPModel` (`text_model.encoder.layers.3.self_attn.q_proj.kernel`,
+`vision_model.pre_layrnorm.scale`, …) so that the weight maps in `compclip_jax.weights` are plain renames; leaves use
+Flax's spelling (`kernel` [in, out], `scale`, `embedding`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from compclip_jax.models.clip_config import CLIPConfig, TextConfig, VisionConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class DTypes:
+  """Storage and compute dtypes of one tower (fp32 default; bf16 is the usual choice for a frozen tower)."""
+  param: jnp.dtype = jnp.float32
+  compute: jnp.dtype = jnp.float32
+
+
+def activation(name: str, x: jax.Array) -> jax.Array:
+  if name == "quick_gelu":
+    return x * jax.nn.sigmoid(1.702 * x)
+  return jax.nn.gelu(x, approximate=False)  # HF "gelu" is the exact erf form
+
+
+class Attention(nnx.Module):
+  """Multi-head self-attention with separate q/k/v projections (HF layout)."""
+
+  def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs):
+    self.heads = heads
+    lin = lambda: nnx.Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    self.q_proj, self.k_proj, self.v_proj, self.out_proj = lin(), lin(), lin(), lin()
+
+  def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
+    """x [B, L, W] → [B, L, W]."""
+    b, l, w = x.shape
+    split = lambda t: t.reshape(b, l, self.heads, w // self.heads)
+    q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(w / self.heads)
+    if causal:
+      scores = jnp.where(jnp.tril(jnp.ones((l, l), bool)), scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # softmax in fp32 whatever the compute dtype
+    return self.out_proj(jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, l, w))
+
+
+class MLP(nnx.Module):
+  def __init__(self, width: int, hidden: int, act: str, dt: DTypes, *, rngs: nnx.Rngs):
+    self.act = act
+    self.fc1 = nnx.Linear(width, hidden, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    self.fc2 = nnx.Linear(hidden, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+
+  def __call__(self, x):
+    return self.fc2(activation(self.act, self.fc1(x)))
+
+
+def _layer_norm(width: int, eps: float, dt: DTypes, rngs: nnx.Rngs) -> nnx.LayerNorm:
+  return nnx.LayerNorm(width, epsilon=eps, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+
+
+class EncoderLayer(nnx.Module):
+  """Pre-LN block: x + attn(LN(x)); x + mlp(LN(x))."""
+
+  def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs):
+    self.layer_norm1 = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+    self.self_attn = Attention(cfg.width, cfg.heads, dt, rngs=rngs)
+    self.layer_norm2 = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+    self.mlp = MLP(cfg.width, cfg.mlp_dim, cfg.act, dt, rngs=rngs)
+
+  def __call__(self, x, causal: bool):
+    x = x + self.self_attn(self.layer_norm1(x), causal)
+    return x + self.mlp(self.layer_norm2(x))
+
+
+class Encoder(nnx.Module):
+  def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, remat: bool = False):
+    self.layers = nnx.List([EncoderLayer(cfg, dt, rngs=rngs) for _ in range(cfg.layers)])
+    self.remat = remat
+
+  def __call__(self, x, causal: bool):
+    for layer in self.layers:
+      # Rematerialisation trades a second forward per block for not storing its activations (training only).
+      x = nnx.remat(lambda m, h: m(h, causal))(layer, x) if self.remat else layer(x, causal)
+    return x
+
+
+class Embeddings(nnx.Module):
+  """A namespace holding a tower's embedding parameters, so their paths read like HF's (`….embeddings.…`)."""
+
+
+class TextTransformer(nnx.Module):
+  """Token + position embeddings, causal encoder, final LN, EOT pooling (METHODS §4)."""
+
+  def __init__(self, cfg: TextConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False):
+    self.cfg, self.dt = cfg, dt
+    self.embeddings = Embeddings()
+    self.embeddings.token_embedding = nnx.Embed(
+        cfg.vocab_size, cfg.width, dtype=dt.compute, param_dtype=dt.param,
+        embedding_init=nnx.initializers.normal(0.02), rngs=rngs)
+    self.embeddings.position_embedding = nnx.Embed(
+        cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param,
+        embedding_init=nnx.initializers.normal(0.01), rngs=rngs)
+    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat)
+    self.final_layer_norm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+
+  def __call__(self, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """ids int [B, L] (L ≤ context_length) → (hidden [B, L, W] after the final LN, pooled [B, W] at EOT)."""
+    e = self.embeddings
+    x = e.token_embedding(ids) + e.position_embedding.embedding[: ids.shape[1]].astype(self.dt.compute)
+    x = self.final_layer_norm(self.encoder(x, causal=True))
+    return x, x[jnp.arange(ids.shape[0]), eot_positions(ids, self.cfg)]
+
+
+def eot_positions(ids: jax.Array, cfg: TextConfig) -> jax.Array:
+  """[B] index of the pooled token: argmax(ids) under the legacy rule, else the first eos_token_id."""
+  if cfg.pools_at_argmax:
+    return jnp.argmax(ids, axis=-1)
+  return jnp.argmax(ids == cfg.eos_token_id, axis=-1)
+
+
+class VisionTransformer(nnx.Module):
+  """Patch conv (no bias) + class token + positions, pre-LN, encoder, post-LN on the class token."""
+
+  def __init__(self, cfg: VisionConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False):
+    self.cfg, self.dt = cfg, dt
+    self.embeddings = Embeddings()
+    self.embeddings.class_embedding = nnx.Param(
+        nnx.initializers.normal(cfg.width ** -0.5)(rngs.params(), (cfg.width,), dt.param))
+    self.embeddings.patch_embedding = nnx.Conv(
+        3, cfg.width, kernel_size=(cfg.patch_size,) * 2, strides=(cfg.patch_size,) * 2, padding="VALID",
+        use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    self.embeddings.position_embedding = nnx.Embed(
+        cfg.num_patches + 1, cfg.width, dtype=dt.compute, param_dtype=dt.param,
+        embedding_init=nnx.initializers.normal(0.02), rngs=rngs)
+    self.pre_layrnorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)  # sic: HF's spelling
+    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat)
+    self.post_layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+
+  def __call__(self, pixels: jax.Array) -> jax.Array:
+    """pixels [B, H, W, 3] (normalised, H = W = image_size) → pooled [B, width]."""
+    e = self.embeddings
+    x = e.patch_embedding(pixels.astype(self.dt.compute))
+    x = x.reshape(x.shape[0], -1, x.shape[-1])
+    cls = jnp.broadcast_to(e.class_embedding[...].astype(x.dtype), (x.shape[0], 1, x.shape[-1]))
+    x = jnp.concatenate([cls, x], axis=1) + e.position_embedding.embedding[...].astype(x.dtype)
+    x = self.encoder(self.pre_layrnorm(x), causal=False)
+    return self.post_layernorm(x[:, 0])
+
+
+def _normalize(x: jax.Array) -> jax.Array:
+  x = x.astype(jnp.float32)
+  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+class CLIP(nnx.Module):
+  """The two-tower model. `logit_scale` is stored as a log (METHODS §4)."""
+
+  def __init__(self, cfg: CLIPConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
+               vision_dtypes: DTypes = DTypes(), remat_text: bool = False):
+    self.cfg = cfg
+    self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text)
+    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs)
+    self.text_projection = nnx.Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
+                                      param_dtype=text_dtypes.param, rngs=rngs)
+    self.visual_projection = nnx.Linear(cfg.vision.width, cfg.embed_dim, use_bias=False,
+                                        dtype=vision_dtypes.compute, param_dtype=vision_dtypes.param, rngs=rngs)
+    self.logit_scale = nnx.Param(jnp.asarray(cfg.logit_scale_init, jnp.float32))
+
+  def encode_text(self, ids, normalize: bool = False) -> jax.Array:
+    """ids int [N, L] → [N, embed_dim] (fp32 when normalised)."""
+    _, pooled = self.text_model(jnp.asarray(ids))
+    x = self.text_projection(pooled)
+    return _normalize(x) if normalize else x
+
+  def encode_image(self, pixels, normalize: bool = False) -> jax.Array:
+    """pixels float [N, H, W, 3] from `preprocess` → [N, embed_dim] (fp32 when normalised)."""
+    x = self.visual_projection(self.vision_model(jnp.asarray(pixels)))
+    return _normalize(x) if normalize else x
+
+  def __call__(self, ids, pixels) -> tuple[jax.Array, jax.Array]:
+    """→ (logits_per_image [N_img, N_txt], logits_per_text [N_txt, N_img]), scaled by exp(logit_scale)."""
+    img = self.encode_image(pixels, normalize=True)
+    txt = self.encode_text(ids, normalize=True)
+    logits_per_image = jnp.exp(self.logit_scale[...]) * img @ txt.T
+    return logits_per_image, logits_per_image.T
