@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 
@@ -70,23 +71,25 @@ def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
                                 embed_dim=d["embed_dim"], logit_scale_init=d["logit_scale_init"])
 
 
-def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPTokenizer:
+def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPTokenizer | None:
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   if CLIPTokenizer.has_files(directory):
     return CLIPTokenizer.from_dir(directory, cfg.text.context_length)
   if cfg.text.vocab_size != 49408:
-    raise ValueError(f"{path}: vocab size {cfg.text.vocab_size} is not OpenAI's 49408 and no tokenizer files "
-                     "(tokenizer.json or vocab.json + merges.txt) are beside the weights")
+    logging.warning("%s: vocab size %d is not OpenAI's 49408 and no tokenizer files (tokenizer.json or vocab.json + "
+                    "merges.txt) are beside the weights; returning no tokenizer", path, cfg.text.vocab_size)
+    return None
   # open_clip pads with 0; HF pads with its pad token. Either way pooling finds the first EOT (METHODS §4).
   return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
 
 
 def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
               text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
-              remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer, Preprocess]:
+              remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer | None, Preprocess]:
   """(model, tokenizer, preprocess) from an HF directory, an open_clip file, or a compclip directory.
 
-  `model_name` / `activation` only matter for open_clip files, whose state dict does not record them.
+  `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
+  is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
   """
   fmt, cfg, flat = load_params(path, model_name, activation)
   model = params.build_with_params(

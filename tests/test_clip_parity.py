@@ -1,0 +1,67 @@
+"""Flax CLIP vs transformers' PyTorch CLIPModel, random init, fp32, CPU (METHODS §4)."""
+import numpy as np
+import pytest
+
+from compclip_jax import load_clip
+from tests import hf_fixtures as fx
+
+EMB_TOL, LOGIT_TOL = 1e-4, 1e-3
+
+
+def _pixels(n, size, seed=0):
+  return np.random.default_rng(seed).standard_normal((n, size, size, 3)).astype(np.float32)
+
+
+# (activation, eos_token_id in config, token placed at the end of each caption, pad, vocab)
+CASES = {
+    "quickgelu-argmax": ("quick_gelu", 2, 49407, 0, 49408),          # OpenAI / open_clip style
+    "gelu-argmax": ("gelu", 2, 49407, 49407, 49408),                 # HF pads with EOT; argmax still finds the first
+    # First-EOT rule where argmax would pick another token: body ids above the EOS id precede it.
+    "quickgelu-first-eos": ("quick_gelu", 500, 500, 500, 1000),
+    "gelu-first-eos": ("gelu", 500, 500, 0, 1000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_tiny_parity(tmp_path, case):
+  act, eos_cfg, eot, pad, vocab = CASES[case]
+  hf = fx.random_hf_clip(fx.hf_clip_config(act, eos_cfg, vocab))
+  hf.save_pretrained(tmp_path)
+  model, _, _ = load_clip(str(tmp_path))
+  ids = fx.varied_ids(6, 77, vocab, eot, pad, seed=1)
+  if eos_cfg != 2:  # make sure the two pooling rules really disagree on this batch
+    assert (np.argmax(ids, 1) != np.argmax(ids == eot, 1)).any()
+  px = _pixels(3, 32)
+  np.testing.assert_allclose(np.asarray(model.encode_text(ids)), fx.hf_text(hf, ids), atol=EMB_TOL, rtol=0)
+  np.testing.assert_allclose(np.asarray(model.encode_image(px)), fx.hf_image(hf, px), atol=EMB_TOL, rtol=0)
+  logits, logits_t = model(ids, px)
+  np.testing.assert_allclose(np.asarray(logits), fx.hf_logits(hf, ids, px), atol=LOGIT_TOL, rtol=0)
+  np.testing.assert_array_equal(np.asarray(logits_t), np.asarray(logits).T)
+
+
+def test_pooling_rule_matters(tmp_path):
+  """Guard for the test above: the wrong rule gives different text embeddings."""
+  act, eos_cfg, eot, pad, vocab = CASES["quickgelu-first-eos"]
+  hf = fx.random_hf_clip(fx.hf_clip_config(act, eos_cfg, vocab))
+  hf.save_pretrained(tmp_path)
+  model, _, _ = load_clip(str(tmp_path))
+  ids = fx.varied_ids(6, 77, vocab, eot, pad, seed=1)
+  model.text_model.cfg = model.cfg.text.__class__(**{**model.cfg.text.__dict__, "eos_token_id": 2})
+  assert np.abs(np.asarray(model.encode_text(ids)) - fx.hf_text(hf, ids)).max() > 1e-2
+
+
+@pytest.mark.slow
+def test_vit_b32_parity(tmp_path):
+  """The real ViT-B/32 shape (random weights): text + image embeddings and logits_per_image."""
+  hf = fx.random_hf_clip(fx.hf_clip_config(real_b32=True))
+  hf.save_pretrained(tmp_path)
+  model, tokenizer, _ = load_clip(str(tmp_path))
+  ids = tokenizer(["a photo of a cat", "a photo of a dog", "a red cube to the left of a small blue ball",
+                   "two men riding gray horses next to a white fence on a sunny day " * 6])  # last one truncated
+  px = _pixels(2, 224)
+  txt, img = np.asarray(model.encode_text(ids)), np.asarray(model.encode_image(px))
+  ref_txt, ref_img = fx.hf_text(hf, ids), fx.hf_image(hf, px)
+  np.testing.assert_allclose(txt, ref_txt, atol=EMB_TOL, rtol=0)
+  np.testing.assert_allclose(img, ref_img, atol=EMB_TOL, rtol=0)
+  np.testing.assert_allclose(np.asarray(model(ids, px)[0]), fx.hf_logits(hf, ids, px), atol=LOGIT_TOL, rtol=0)
+  print(f"ViT-B/32 max |Δ|: text {np.abs(txt - ref_txt).max():.2e}, image {np.abs(img - ref_img).max():.2e}")
