@@ -43,7 +43,7 @@ def write_safetensors(tensors: Mapping[str, np.ndarray], path: str, metadata: Ma
   """Writes {key: array} (C-contiguous copies) and returns the number of bytes written. Atomic via rename."""
   header, offset, arrays = {}, 0, []
   for key in sorted(tensors):
-    a = np.ascontiguousarray(tensors[key])
+    a = np.asarray(tensors[key], order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
     header[key] = {"dtype": _ST_NAMES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
     offset += a.nbytes
     arrays.append(a)

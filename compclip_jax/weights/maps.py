@@ -159,5 +159,5 @@ def import_params(ckpt: Mapping[str, np.ndarray], rules: Sequence[Rule], expecte
 def export_params(params: Mapping[str, np.ndarray], rules: Sequence[Rule]) -> dict[str, np.ndarray]:
   """Our {path: array} → checkpoint {key: array} through the same rules (contiguous arrays, ready to save)."""
   _check_coverage(rules, params)
-  return {r.theirs: np.ascontiguousarray(r.transform.export([np.asarray(params[p]) for p in r.ours]))
+  return {r.theirs: np.asarray(r.transform.export([np.asarray(params[p]) for p in r.ours]), order="C")
           for r in rules}
