@@ -49,20 +49,18 @@ def _open_clip_file(path: str) -> str:
   return path
 
 
-def load_params(path: str, model_name: str | None = None, activation: str | None = None):
-  """(format, config, our flat params as numpy) from any supported checkpoint."""
+def read_checkpoint(path: str, model_name: str | None = None,
+                    activation: str | None = None) -> tuple[str, clip_config.CLIPConfig, maps.RawCheckpoint]:
+  """(format, config, tensors + name map) of any supported checkpoint; nothing is mapped or built yet."""
   fmt = detect_format(path)
   if fmt == "hf":
-    cfg, flat = hf.load_clip_dir(path)
-  elif fmt == "open_clip":
-    cfg, flat = open_clip.load(_open_clip_file(path), model_name, activation)
-  else:
-    meta = hf.read_json(os.path.join(path, COMPCLIP_META))
-    cfg = _config_from_dict(meta["clip"])
-    flat = files.read_safetensors(os.path.join(path, "model.safetensors"))
-    params_expected = hf.clip_shapes(cfg)
-    flat = maps.import_params(flat, [maps.Rule((k,), k) for k in params_expected], params_expected, path)
-  return fmt, cfg, flat
+    return (fmt, *hf.read_clip_dir(path))
+  if fmt == "open_clip":
+    return (fmt, *open_clip.read(_open_clip_file(path), model_name, activation))
+  meta = hf.read_json(os.path.join(path, COMPCLIP_META))
+  tensors = files.read_safetensors(os.path.join(path, "model.safetensors"))
+  identity = lambda paths: [maps.Rule((k,), k) for k in paths]
+  return fmt, _config_from_dict(meta["clip"]), maps.RawCheckpoint(path, tensors, identity)
 
 
 def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
@@ -91,10 +89,10 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
   is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
   """
-  fmt, cfg, flat = load_params(path, model_name, activation)
-  model = params.build_with_params(
-      lambda: CLIP(cfg, rngs=nnx.Rngs(0), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes,
-                   remat_text=remat_text), flat)
+  fmt, cfg, raw = read_checkpoint(path, model_name, activation)
+  abstract = params.abstract(lambda: CLIP(cfg, rngs=nnx.Rngs(0), text_dtypes=text_dtypes,
+                                          vision_dtypes=vision_dtypes, remat_text=remat_text))
+  model = params.fill(abstract, raw.to_ours(params.shapes(abstract)))
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   preprocess = Preprocess.from_hf_dir(directory, cfg.vision.image_size)
   return model, _tokenizer_for(path, fmt, cfg), preprocess
@@ -145,8 +143,9 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
 
 def load_t5_decoder(directory: str, dtypes: DTypes = DTypes()) -> tuple[T5Decoder, T5Tokenizer | None]:
   """The frozen READ decoder from an HF T5 v1.1 directory (decoder, shared embedding, lm_head) and its tokenizer."""
-  cfg, flat = hf.load_t5_dir(directory)
-  model = params.build_with_params(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)), flat)
+  cfg, raw = hf.read_t5_dir(directory)
+  abstract = params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)))
+  model = params.fill(abstract, raw.to_ours(params.shapes(abstract)))
   spiece = os.path.join(directory, "spiece.model")
   return model, (T5Tokenizer(spiece) if os.path.exists(spiece) else None)
 

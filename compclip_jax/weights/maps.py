@@ -156,6 +156,19 @@ def import_params(ckpt: Mapping[str, np.ndarray], rules: Sequence[Rule], expecte
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RawCheckpoint:
+  """Tensors read from disk plus how to map them, before the model's shapes are known."""
+  source: str
+  tensors: Mapping[str, np.ndarray]
+  rules: Callable[[Sequence[str]], list[Rule]]  # our parameter paths → the map
+  ignore: tuple[str, ...] = ()
+  hint: str = ""
+
+  def to_ours(self, expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    return import_params(self.tensors, self.rules(list(expected)), expected, self.source, self.ignore, self.hint)
+
+
 def export_params(params: Mapping[str, np.ndarray], rules: Sequence[Rule]) -> dict[str, np.ndarray]:
   """Our {path: array} → checkpoint {key: array} through the same rules (contiguous arrays, ready to save)."""
   _check_coverage(rules, params)

@@ -16,7 +16,6 @@ import numpy as np
 
 from compclip_jax.models import clip_config
 from compclip_jax.weights import files, maps
-from compclip_jax.weights.hf import clip_shapes
 
 # Non-learned entries of OpenAI / open_clip state dicts.
 IGNORED = (r"input_resolution", r"context_length", r"vocab_size", r"attn_mask", r"visual\.attn_mask")
@@ -76,13 +75,13 @@ def _with_act(tower, act):
   return dataclasses.replace(tower, act=act)
 
 
-def load(path: str, model_name: str | None = None, activation: str | None = None):
-  """An open_clip `.safetensors/.bin/.pt` (optionally wrapped: `state_dict`, `module.`) → (config, our params)."""
+def read(path: str, model_name: str | None = None,
+         activation: str | None = None) -> tuple[clip_config.CLIPConfig, maps.RawCheckpoint]:
+  """An open_clip `.safetensors/.bin/.pt` (optionally wrapped: `state_dict`, `module.`) → (config, tensors + map)."""
   sd = files.strip_wrapper_prefix(files.read_state_dict(path))
   cfg = resolve_config(path, sd, model_name, activation)
-  shapes = clip_shapes(cfg)
-  rules = maps.open_clip_rules(cfg.text.layers, cfg.vision.layers)
-  return cfg, maps.import_params(sd, rules, shapes, path, IGNORED,
+  rules = lambda _: maps.open_clip_rules(cfg.text.layers, cfg.vision.layers)
+  return cfg, maps.RawCheckpoint(path, sd, rules, IGNORED,
                                  hint="does the model name / open_clip_config.json match these weights?")
 
 

@@ -15,10 +15,14 @@ def _dotted(path) -> str:
   return ".".join(str(p) for p in path)
 
 
-def param_shapes(ctor: Callable[[], M]) -> dict[str, tuple[int, ...]]:
-  """{path: shape} of the model `ctor()` would build, without allocating it."""
-  _, state = nnx.split(nnx.eval_shape(ctor), nnx.Param, ...)[:2]
-  return {_dotted(p): tuple(v.get_value().shape) for p, v in nnx.to_flat_state(state)}
+def abstract(ctor: Callable[[], M]) -> M:
+  """The model `ctor()` would build, with ShapeDtypeStructs instead of arrays (nothing is allocated)."""
+  return nnx.eval_shape(ctor)
+
+
+def shapes(model: nnx.Module) -> dict[str, tuple[int, ...]]:
+  """{path: shape} of every nnx.Param (works on abstract and concrete models)."""
+  return {_dotted(p): tuple(v.get_value().shape) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
 def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
@@ -27,18 +31,17 @@ def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
   return {_dotted(p): np.asarray(jax.device_get(v.get_value())) for p, v in nnx.to_flat_state(state)}
 
 
-def build_with_params(ctor: Callable[[], M], params: Mapping[str, np.ndarray]) -> M:
-  """`ctor()` with its parameters replaced by `params` (cast to each parameter's dtype), without a random init.
+def fill(abstract_model: M, params: Mapping[str, np.ndarray]) -> M:
+  """A concrete model from an `abstract` one and {path: array} (cast to each parameter's dtype).
 
-  The model is traced abstractly, so loading a checkpoint costs the file read and one device copy, nothing more.
+  Loading a checkpoint this way costs the file read and one device copy; no random init is run.
   """
-  graphdef, state, rest = nnx.split(nnx.eval_shape(ctor), nnx.Param, ...)
+  graphdef, state, rest = nnx.split(abstract_model, nnx.Param, ...)
   flat = nnx.to_flat_state(state)
   missing = [_dotted(p) for p, _ in flat if _dotted(p) not in params]
   assert not missing, f"no value for {missing[:5]}"
+  # Non-Param state (none today) would stay abstract; refuse rather than return a half-built model.
+  assert not jax.tree.leaves(rest), "model has non-parameter state that a checkpoint cannot fill"
   for path, var in flat:
     var.set_value(jnp.asarray(params[_dotted(path)], dtype=var.get_value().dtype))
-  state = nnx.from_flat_state(flat)
-  # Non-Param state (none today) would still be abstract; refuse rather than return a half-built model.
-  assert not jax.tree.leaves(rest), "model has non-parameter state that a checkpoint cannot fill"
-  return nnx.merge(graphdef, state, rest)
+  return nnx.merge(graphdef, nnx.from_flat_state(flat), rest)

@@ -1,0 +1,109 @@
+"""CLIP BPE: the transformers path and the instant-clip-tokenizer path give identical ids; T5 SentencePiece vs
+transformers' T5Tokenizer. Vocabularies are built by the test (no hub)."""
+import json
+import re
+
+import numpy as np
+import pytest
+import transformers
+
+from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+
+EDGE_CASES = ["", "a", "A photo of a CAT", "  multiple   spaces\tand\nnewlines  ", "café naïve façade",
+              "emoji 🙂 and ümlaut", "numbers 12345 and 3.14", "punctuation!!! ... ?!", "it's don't we'll they'd",
+              "a dog. a cat.", "red-shirt man, gray horse; 'quoted' \"double\"", "x " * 200]
+
+
+def _bytes_to_unicode():
+  """GPT-2 / CLIP byte → printable-character table (written out again here as an independent reference)."""
+  bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+  cs, n = bs[:], 0
+  for b in range(256):
+    if b not in bs:
+      bs.append(b)
+      cs.append(256 + n)
+      n += 1
+  return dict(zip(bs, map(chr, cs)))
+
+
+def _write_vocab(tmp_path, texts, max_words=400):
+  """A small BPE vocabulary in both on-disk formats: OpenAI merges file and HF vocab.json + merges.txt."""
+  counts = {}
+  for t in texts:
+    for w in re.findall(r"[a-z]+", t.lower()):
+      counts[w] = counts.get(w, 0) + 1
+  merges, known = [], set()
+  for w in sorted(counts, key=lambda w: (-counts[w], w))[:max_words]:
+    syms = list(w[:-1]) + [w[-1] + "</w>"]
+    cur = syms[0]
+    for s in syms[1:]:
+      if cur + s not in known:
+        merges.append(f"{cur} {s}")
+        known.add(cur + s)
+      cur += s
+  chars = list(_bytes_to_unicode().values())
+  vocab = chars + [c + "</w>" for c in chars] + [m.replace(" ", "") for m in merges]
+  vocab += ["<|startoftext|>", "<|endoftext|>"]
+  text = "#version: 0.2\n" + "\n".join(merges) + "\n"
+  (tmp_path / "merges.txt").write_text(text, encoding="utf-8")
+  (tmp_path / "bpe_simple_vocab.txt").write_text(text, encoding="utf-8")
+  (tmp_path / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}), encoding="utf-8")
+  return len(vocab)
+
+
+def _captions(benchmarks_dir):
+  out = []
+  for f in sorted((benchmarks_dir / "sugarcrepe").glob("*.json")):
+    for row in json.loads(f.read_text()).values():
+      out += [row["caption"], row["negative_caption"]]
+  for f in sorted((benchmarks_dir / "sugarcrepe_pp").glob("*.json")):
+    for row in json.loads(f.read_text()):
+      out += [row["caption"], row["caption2"], row["negative_caption"]]
+  return out
+
+
+def test_both_clip_backends_give_identical_ids(tmp_path, benchmarks_dir):
+  texts = _captions(benchmarks_dir)
+  assert len(texts) > 25_000
+  vocab_size = _write_vocab(tmp_path, texts)
+  hf = CLIPTokenizer.from_dir(str(tmp_path), pad_id=0)
+  instant = CLIPTokenizer.from_openai_vocab(str(tmp_path / "bpe_simple_vocab.txt"), vocab_size, pad_id=0)
+  assert hf.backend == "transformers" and instant.backend == "instant-clip-tokenizer"
+  assert (hf.sot_id, hf.eot_id) == (instant.sot_id, instant.eot_id) == (vocab_size - 2, vocab_size - 1)
+  texts += EDGE_CASES
+  a, b = hf(texts), instant(texts)
+  assert a.shape == (len(texts), 77) and a.dtype == np.int32
+  bad = np.nonzero((a != b).any(1))[0]
+  assert not len(bad), [texts[i] for i in bad[:5]]
+  body = a[(a > 0) & (a < vocab_size - 2)]
+  assert (body > 511).mean() > 0.5  # the merges are really used, not just byte tokens
+
+
+def test_truncation_forces_eot_last_and_pads():
+  tok = CLIPTokenizer.default()
+  ids = tok(["a photo of a cat", "word " * 100])
+  np.testing.assert_array_equal(ids[0, :8], [49406, 320, 1125, 539, 320, 2368, 49407, 0])  # OpenAI's known ids
+  assert ids[1, -1] == 49407 and ids[1, 0] == 49406 and (ids[1, 1:-1] != 49407).all()
+  assert tok.count_truncated(["a photo of a cat", "word " * 100]) == 1
+  assert (CLIPTokenizer.default(pad_id=49407)(["a cat"])[0, 4:] == 49407).all()
+
+
+def test_t5_tokenizer_matches_transformers(tmp_path):
+  import sentencepiece as spm
+  corpus = [f"a {c} {s} is {r} a {c2} {s2}" for c in ("red", "blue", "green", "small", "large")
+            for s in ("cube", "ball", "cone") for r in ("left of", "right of", "above", "below")
+            for c2 in ("gray", "yellow") for s2 in ("horse", "man")]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp_path / "spiece"),
+                                 vocab_size=30, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram")
+  ours = T5Tokenizer(str(tmp_path / "spiece.model"))
+  ref = transformers.T5Tokenizer.from_pretrained(str(tmp_path), extra_ids=0)
+  texts = corpus[:20] + ["a red cube " * 30, "unseen words: zebra!"]
+  want = ref(texts, max_length=77, truncation=True, padding="max_length", return_tensors="np")["input_ids"]
+  np.testing.assert_array_equal(ours(texts), want)
+  assert ours(["a red cube " * 30])[0, -1] == 1  # EOS kept on truncation
+  assert ours.decode(ours(["a red cube is above a gray horse"]))[0] == "a red cube is above a gray horse"
+
+
+def test_missing_spiece_model_names_the_file(tmp_path):
+  with pytest.raises(FileNotFoundError, match="spiece.model"):
+    T5Tokenizer(str(tmp_path / "spiece.model"))
