@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
+import warnings
 
 import numpy as np
 from PIL import Image
 
+from compclip_jax.data.records import BadRecord
 from compclip_jax.models.clip_config import OPENAI_MEAN, OPENAI_STD
+
+MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold, checked before decoding
+MIN_SIDE = 8  # smaller images (1×1 trackers, icons) carry no content worth a training sample
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -25,6 +31,49 @@ def to_rgb(img: Image.Image) -> Image.Image:
   if img.mode == "P":
     img = img.convert("RGBA")
   return img.convert("RGB")
+
+
+def load_image(src: str | bytes, name: str, max_pixels: int = MAX_PIXELS, min_side: int = MIN_SIDE) -> Image.Image:
+  """Decode a path or encoded bytes to an RGB PIL image, or raise BadRecord naming `name` and the reason.
+
+  Reasons: missing, corrupt (unreadable or truncated), too_large (decompression bomb), too_small.
+  """
+  try:
+    f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # pylint: disable=consider-using-with
+  except FileNotFoundError:
+    raise BadRecord("missing_image", f"{name}: file not found") from None
+  except OSError as e:
+    raise BadRecord("missing_image", f"{name}: {e}") from None
+  with f:
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        img = Image.open(f)
+        w, h = img.size
+        if w * h > max_pixels:
+          raise BadRecord("too_large", f"{name}: {w}×{h} exceeds the {max_pixels:,}-pixel limit")
+        if min(w, h) < min_side:
+          raise BadRecord("too_small", f"{name}: {w}×{h} is below {min_side} px on a side")
+        img.load()
+    except BadRecord:
+      raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+      raise BadRecord("too_large", f"{name}: {e}") from None
+    except (OSError, ValueError, SyntaxError) as e:  # PIL raises these for unreadable and truncated files
+      raise BadRecord("corrupt_image", f"{name}: {e}") from None
+  return to_rgb(img)
+
+
+def orientation(width: int, height: int) -> str:
+  """METHODS §1.2 step 1: 'wide' if width ≥ height (squares are wide), else 'tall'."""
+  return "wide" if width >= height else "tall"
+
+
+def squash(img: Image.Image, width: int, height: int) -> np.ndarray:
+  """Resize to exactly width×height ignoring aspect ratio (bicubic) → uint8 [height, width, 3]."""
+  if img.size != (width, height):
+    img = img.resize((width, height), Image.Resampling.BICUBIC)
+  return np.asarray(img)
 
 
 def normalize(rgb_uint8: np.ndarray, mean, std) -> np.ndarray:

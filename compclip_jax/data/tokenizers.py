@@ -28,9 +28,18 @@ class CLIPTokenizer:
   """texts → np.int32 [N, context_length]. `pad_id`: 0 (open_clip) or the checkpoint tokenizer's pad id (HF)."""
 
   def __init__(self, encode: Callable[[Sequence[str]], list[list[int]]], sot_id: int, eot_id: int,
-               context_length: int = 77, pad_id: int = 0, source_dir: str | None = None, backend: str = ""):
+               context_length: int = 77, pad_id: int = 0, source_dir: str | None = None, backend: str = "",
+               recipe: tuple = ()):
     self._encode, self.sot_id, self.eot_id = encode, sot_id, eot_id
     self.context_length, self.pad_id, self.source_dir, self.backend = context_length, pad_id, source_dir, backend
+    self._recipe = recipe  # (constructor name, *args): how a worker process rebuilds this tokenizer
+
+  def __getstate__(self):
+    return {"recipe": self._recipe}
+
+  def __setstate__(self, state):
+    name, *args = state["recipe"]
+    self.__dict__.update(getattr(CLIPTokenizer, name)(*args).__dict__)
 
   @classmethod
   def default(cls, context_length: int = 77, pad_id: int = 0) -> "CLIPTokenizer":
@@ -38,7 +47,7 @@ class CLIPTokenizer:
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     tok = instant_clip_tokenizer.Tokenizer()
     return cls(lambda texts: [tok.encode(clean_text(t)) for t in texts], tok.start_of_text(), tok.end_of_text(),
-               context_length, pad_id, backend="instant-clip-tokenizer")
+               context_length, pad_id, backend="instant-clip-tokenizer", recipe=("default", context_length, pad_id))
 
   @classmethod
   def from_openai_vocab(cls, merges_file: str, vocab_size: int, context_length: int = 77,
@@ -47,7 +56,8 @@ class CLIPTokenizer:
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     tok = instant_clip_tokenizer.Tokenizer.load(merges_file, vocab_size)
     return cls(lambda texts: [tok.encode(clean_text(t)) for t in texts], tok.start_of_text(), tok.end_of_text(),
-               context_length, pad_id, backend="instant-clip-tokenizer")
+               context_length, pad_id, backend="instant-clip-tokenizer",
+               recipe=("from_openai_vocab", merges_file, vocab_size, context_length, pad_id))
 
   @classmethod
   def from_dir(cls, directory: str, context_length: int = 77, pad_id: int | None = None) -> "CLIPTokenizer":
@@ -61,7 +71,8 @@ class CLIPTokenizer:
       return [list(x) for x in ids]
 
     pad = pad_id if pad_id is not None else (hf.pad_token_id if hf.pad_token_id is not None else 0)
-    return cls(encode, sot, eot, context_length, pad, source_dir=directory, backend="transformers")
+    return cls(encode, sot, eot, context_length, pad, source_dir=directory, backend="transformers",
+               recipe=("from_dir", directory, context_length, pad))
 
   @staticmethod
   def has_files(directory: str) -> bool:
@@ -91,6 +102,12 @@ class T5Tokenizer:
       raise FileNotFoundError(f"T5 tokenizer model {spiece_model} not found (an HF T5 directory has spiece.model)")
     self.sp = sentencepiece.SentencePieceProcessor(model_file=spiece_model)
     self.pad_id, self.eos_id, self.path = pad_id, eos_id, spiece_model
+
+  def __getstate__(self):
+    return {"spiece_model": self.path, "pad_id": self.pad_id, "eos_id": self.eos_id}
+
+  def __setstate__(self, state):
+    self.__init__(**state)
 
   def __call__(self, texts: Sequence[str] | str, max_length: int = 77) -> np.ndarray:
     if isinstance(texts, str):

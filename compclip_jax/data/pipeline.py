@@ -1,0 +1,181 @@
+"""The input pipeline on grain: index → sample (image work and lexical swaps on the host) → fixed-shape batches →
+global `jax.Array`s.
+
+- Reproducible: each record's RNG comes from grain's `random_map` (seed, position in the epoch-repeated order), so
+  (seed, step) determines every sample; the iterator state (`state()` / `restore()`) is checkpointed with the model.
+- Multi-host: each JAX process reads the disjoint slice `[process_index::process_count]` of the index space and
+  builds its local part of the global batch.
+- CLIC partners (METHODS §1.2 step 2): drawn uniformly from a bucket → indices table of same-orientation records.
+- Bad records never stop a run and are never silent: the transform returns a skip marker, the main process counts it
+  by reason (`SkipCounter`, which fails the run past `max_skip_fraction`) and fills the batch with the next sample.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Iterator
+
+import numpy as np
+
+from compclip_jax.data import negatives as neg
+from compclip_jax.data import samples
+from compclip_jax.data.negatives import SpacyTagger
+from compclip_jax.data.records import BadRecord, SkipCounter
+from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+
+KINDS = ("clic", "clic_clip", "clip", "negclip", "read")
+NEG_KINDS = (neg.CROSS, neg.FALLBACK_SINGLE, neg.SINGLE, neg.READ_RULE, neg.NONE)
+PARTNER_RETRIES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  kind: str
+  batch_size: int  # global batch; each process builds batch_size / process_count
+  seed: int = 0
+  num_epochs: int | None = None  # None: repeat forever
+  num_workers: int = 0  # grain worker processes (0: in the main process)
+  max_skip_fraction: float = 0.05
+  t5_max_length: int = 77
+  options: samples.SampleOptions = samples.SampleOptions()
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"pipeline kind {self.kind!r}: use one of {KINDS}")
+
+
+def partner_table(wide: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(indices of wide records, indices of tall records); records of unknown orientation (-1) are in neither."""
+  return np.flatnonzero(wide == 1), np.flatnonzero(wide == 0)
+
+
+class SampleTransform:
+  """(index, rng) → one sample of `kind` as fixed-shape numpy arrays, or {"skip": reason, "detail": …}.
+
+  Picklable for grain workers: spaCy and the tokenizers rebuild themselves in each worker process.
+  """
+
+  def __init__(self, source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
+               tagger: SpacyTagger | None = None):
+    if cfg.kind == "read" and t5_tokenizer is None:
+      raise ValueError("the READ pipeline needs the T5 tokenizer (the decoder checkpoint's spiece.model)")
+    self.source, self.cfg, self.tok, self.t5 = source, cfg, tokenizer, t5_tokenizer
+    self.tagger = tagger or SpacyTagger(parse=cfg.kind == "read")
+    self.buckets = partner_table(np.asarray(source.wide)) if cfg.kind == "clic" and cfg.options.clic_concat else None
+
+  def _record(self, i: int) -> dict:
+    return self.source.materialize(self.source[int(i)])
+
+  def _partner(self, i: int, rng: np.random.Generator) -> dict:
+    bucket = self.buckets[0] if self.source.wide[i] == 1 else self.buckets[1]
+    last = None
+    for _ in range(PARTNER_RETRIES):
+      try:
+        return self._record(bucket[rng.integers(len(bucket))])
+      except BadRecord as e:  # a partner that turns out unreadable: draw another
+        last = e
+    raise BadRecord("no_readable_partner", f"record {i}: {PARTNER_RETRIES} partners failed, last: {last}")
+
+  def __call__(self, index: int, rng: np.random.Generator) -> dict:
+    try:
+      rec = self._record(index)
+      return self._build(index, rec, rng)
+    except BadRecord as e:
+      return {"skip": e.reason, "detail": e.detail}
+
+  def _build(self, index: int, rec: dict, rng: np.random.Generator) -> dict:
+    kind, opts = self.cfg.kind, self.cfg.options
+    if kind == "clic":
+      s = samples.clic_sample(rec, self._partner(index, rng) if opts.clic_concat else None, rng, self.tagger, opts)
+    elif kind in ("clic_clip", "clip"):
+      s = samples.clip_sample(rec, opts)
+    elif kind == "negclip":
+      s = samples.negclip_sample(rec, rng, self.tagger, opts)
+    else:
+      s = samples.read_sample(rec, rng, self.tagger, opts)
+    out = {"image": s["image"], "ids": self.tok(s["texts"]),
+           "truncated": np.int32(self.tok.count_truncated([t for t in s["texts"] if t]))}
+    if "neg_valid" in s:
+      out["neg_valid"] = np.asarray(s["neg_valid"], bool)
+      out["neg_kind"] = np.int8(NEG_KINDS.index(s["neg_kind"]))
+    if kind == "read":
+      out["para_ids"] = self.tok([s["paraphrase"]])[0]
+      target = self.t5([s["target"]], self.cfg.t5_max_length)[0]
+      out["t5_target"] = target
+      out["t5_input"] = np.concatenate([[self.t5.pad_id], target[:-1]]).astype(np.int32)  # shift right, start = 0
+    return out
+
+
+def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
+                 process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None):
+  """The grain IterDataset of per-sample dicts (skip markers included) for this process."""
+  import grain  # pylint: disable=import-outside-toplevel
+  if len(source) < process_count:
+    raise ValueError(f"{len(source)} records cannot be split over {process_count} processes")
+  ds = grain.MapDataset.range(len(source))[process_index::process_count]
+  ds = ds.shuffle(seed=cfg.seed).repeat(cfg.num_epochs)
+  ds = ds.random_map(SampleTransform(source, cfg, tokenizer, t5_tokenizer, tagger), seed=cfg.seed)
+  it = ds.to_iter_dataset()
+  if cfg.num_workers > 0:
+    it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers, per_worker_buffer_size=4))
+  return it
+
+
+class Batches:
+  """Iterator of local batches (dicts of stacked numpy arrays); counts skips, negative kinds and truncations.
+
+  `state()` is exact at batch boundaries: restoring it continues with the same batches an uninterrupted run sees.
+  """
+
+  def __init__(self, dataset, local_batch: int, max_skip_fraction: float = 0.05):
+    self._ds, self.local_batch = dataset, local_batch
+    self._it: Any = iter(dataset)
+    self.skips = SkipCounter(max_skip_fraction)
+    self.neg_kinds: collections.Counter = collections.Counter()
+    self.truncated = 0
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    items = []
+    while len(items) < self.local_batch:
+      x = next(self._it)
+      if "skip" in x:
+        self.skips.skip(x["skip"], x["detail"])
+        continue
+      self.skips.ok()
+      self.truncated += int(x.pop("truncated"))
+      if "neg_kind" in x:
+        self.neg_kinds[NEG_KINDS[int(x.pop("neg_kind"))]] += 1
+      items.append(x)
+    return {k: np.stack([x[k] for x in items]) for k in items[0]}
+
+  def state(self) -> dict:
+    return {"grain": self._it.get_state(), "skips": self.skips.state(), "neg_kinds": dict(self.neg_kinds),
+            "truncated": self.truncated}
+
+  def restore(self, state: dict) -> None:
+    self._it = iter(self._ds)
+    self._it.set_state(state["grain"])
+    self.skips.restore(state["skips"])
+    self.neg_kinds = collections.Counter(state["neg_kinds"])
+    self.truncated = state["truncated"]
+
+  def stats(self) -> dict:
+    return {"skipped": sum(self.skips.skipped.values()), "seen": self.skips.seen, "truncated": self.truncated,
+            **{f"neg/{k}": v for k, v in self.neg_kinds.items()}}
+
+
+def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
+                 process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None) -> Batches:
+  if cfg.batch_size % process_count:
+    raise ValueError(f"global batch {cfg.batch_size} is not divisible by the {process_count} processes")
+  ds = make_dataset(source, cfg, tokenizer, t5_tokenizer, process_index, process_count, tagger)
+  return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction)
+
+
+def to_global(batch: dict[str, np.ndarray], sharding) -> dict:
+  """Local numpy batch → global jax.Arrays sharded on the batch axis (`jax.make_array_from_process_local_data`)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

@@ -1,0 +1,129 @@
+"""Sample builders: pure functions of a decoded record (a partner record where needed) and an np.random.Generator.
+
+Records are dicts: `id`, `sentences` (list[str]), `image` (RGB PIL image, or the pre-resized images of the prepared
+format under `half` / `full`), optional `analysis` (list[Analysis] aligned with `sentences`) and `paraphrases`.
+Images leave here as uint8 [S, S, 3]; normalisation happens on device (`compclip_jax.data.images.normalize` twin in
+the step), which keeps host→device traffic at a quarter.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+from compclip_jax.data import negatives as neg
+from compclip_jax.data.images import Preprocess, orientation, squash
+from compclip_jax.data.negatives import Analysis
+
+Tagger = Callable[[Sequence[str]], list[Analysis]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleOptions:
+  image_size: int = 224
+  clic_concat: bool = True  # False: METHODS §1.5 single-image ablation (p1 = p2, single-sentence swap, no Uni)
+  read_num_negatives: int = 3
+  read_target_may_equal_positive: bool = True  # reference behaviour (METHODS §2.2); False draws from the others
+  negclip_random_caption: bool = False  # METHODS §1.5 "our NegCLIP" uses the first sentence
+
+
+def analyses(rec: dict, idx: Sequence[int], tagger: Tagger | None) -> list[Analysis]:
+  """The analysis of the record's sentences `idx`: from the prepared cache when present, else from the tagger."""
+  if rec.get("analysis"):
+    return [rec["analysis"][i] for i in idx]
+  if tagger is None:
+    raise ValueError(f"record {rec['id']}: no cached POS analysis and no tagger given")
+  return tagger([rec["sentences"][i] for i in idx])
+
+
+def half_image(rec: dict, size: int) -> np.ndarray:
+  """The record's image squashed to its CLIC half: 112 wide × 224 high if tall, 224 wide × 112 high if wide."""
+  if "half" in rec:
+    return rec["half"]
+  w, h = rec["image"].size
+  return squash(rec["image"], size // 2, size) if orientation(w, h) == "tall" else squash(rec["image"], size,
+                                                                                            size // 2)
+
+
+def eval_image(rec: dict, size: int) -> np.ndarray:
+  """The model's eval transform without normalisation: shorter side → size (bicubic), centre crop. uint8."""
+  return rec["full"] if "full" in rec else Preprocess(size).resize_crop(rec["image"])
+
+
+def _two_extras(sentences: Sequence[str], rng: np.random.Generator) -> list[str]:
+  extras = list(sentences[1:])
+  if len(extras) >= 2:
+    return [extras[k] for k in rng.choice(len(extras), size=2, replace=False)]
+  return [extras[0], extras[0]]
+
+
+def clic_sample(rec: dict, partner: dict, rng: np.random.Generator, tagger: Tagger | None,
+                opts: SampleOptions = SampleOptions()) -> dict:
+  """METHODS §1.2: concatenated image + [p1, p2, p3, p4, n]; `neg_valid` False when no negative could be made.
+
+  → {"image": uint8 [S, S, 3], "texts": 5 strings, "neg_valid": bool, "neg_kind": str}
+  """
+  if not opts.clic_concat:
+    return _clic_single_image(rec, rng, tagger, opts)
+  a, b = rec["sentences"], partner["sentences"]
+  left, right = half_image(rec, opts.image_size), half_image(partner, opts.image_size)
+  if rng.random() < 0.5:  # which image comes first is a coin flip; p1 always starts with i's caption
+    left, right = right, left
+  image = np.concatenate([left, right], axis=1 if left.shape[0] == opts.image_size else 0)
+  ea, eb = _two_extras(a, rng), _two_extras(b, rng)
+  p1, p2 = neg.join(a[0], b[0]), neg.join(b[0], a[0])
+  p3 = neg.join(ea[0], eb[0]) if rng.random() < 0.5 else neg.join(eb[0], ea[0])
+  p4 = neg.join(ea[1], eb[1]) if rng.random() < 0.5 else neg.join(eb[1], ea[1])
+  (aa,), (ab,) = analyses(rec, [0], tagger), analyses(partner, [0], tagger)
+  n, kind = neg.clic_negative(aa, ab, rng)
+  return {"image": image, "texts": [p1, p2, p3, p4, n or ""], "neg_valid": n is not None, "neg_kind": kind}
+
+
+def _clic_single_image(rec, rng, tagger, opts):
+  s = rec["sentences"]
+  extras = _two_extras(s, rng)
+  (a0,) = analyses(rec, [0], tagger)
+  n = neg.single_swap(a0, rng)
+  return {"image": eval_image(rec, opts.image_size), "texts": [s[0], s[0], extras[0], extras[1], n or ""],
+          "neg_valid": n is not None, "neg_kind": neg.SINGLE if n is not None else neg.NONE}
+
+
+def clip_sample(rec: dict, opts: SampleOptions = SampleOptions()) -> dict:
+  """CLIC's plain CLIP step (METHODS §1.4) and plain CLIP training: un-concatenated image, first sentence."""
+  return {"image": eval_image(rec, opts.image_size), "texts": [rec["sentences"][0]]}
+
+
+def negclip_sample(rec: dict, rng: np.random.Generator, tagger: Tagger | None,
+                   opts: SampleOptions = SampleOptions()) -> dict:
+  """METHODS §1.5 "our NegCLIP": image, a caption (first by default), its single-sentence swap negative."""
+  k = int(rng.integers(len(rec["sentences"]))) if opts.negclip_random_caption else 0
+  (a,) = analyses(rec, [k], tagger)
+  n = neg.single_swap(a, rng)
+  return {"image": eval_image(rec, opts.image_size), "texts": [rec["sentences"][k], n or ""],
+          "neg_valid": n is not None, "neg_kind": neg.SINGLE if n is not None else neg.NONE}
+
+
+def read_sample(rec: dict, rng: np.random.Generator, tagger: Tagger | None,
+                opts: SampleOptions = SampleOptions()) -> dict:
+  """METHODS §2.2: positive T, 3 rule-based negatives of T (masked when empty), paraphrase T', target y.
+
+  → {"image", "texts": [T, n1, n2, n3], "neg_valid": bool [3], "paraphrase": str, "target": str}
+  """
+  caps = rec["sentences"]
+  t = int(rng.integers(len(caps)))
+  others = [k for k in range(len(caps)) if caps[k] != caps[t]]
+  if opts.read_target_may_equal_positive or not others:
+    y = int(rng.integers(len(caps)))
+  else:
+    y = others[rng.integers(len(others))]
+  paras = rec.get("paraphrases") or []
+  if paras:
+    para = paras[rng.integers(len(paras))]
+  else:  # the fallback that actually ran in the reference: another distinct caption of the same image
+    para = caps[others[rng.integers(len(others))]] if others else caps[t]
+  (a,) = analyses(rec, [t], tagger)
+  negs = [neg.read_negative(a, rng) for _ in range(opts.read_num_negatives)]
+  return {"image": eval_image(rec, opts.image_size), "texts": [caps[t]] + [n or "" for n in negs],
+          "neg_valid": np.array([n is not None for n in negs]), "paraphrase": para, "target": caps[y],
+          "neg_kind": neg.READ_RULE if any(n is not None for n in negs) else neg.NONE}
+
