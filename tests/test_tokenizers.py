@@ -94,7 +94,8 @@ def test_t5_tokenizer_matches_transformers(tmp_path):
             for s in ("cube", "ball", "cone") for r in ("left of", "right of", "above", "below")
             for c2 in ("gray", "yellow") for s2 in ("horse", "man")]
   spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp_path / "spiece"),
-                                 vocab_size=30, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram")
+                                 vocab_size=30, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram",
+                                 minloglevel=2)
   ours = T5Tokenizer(str(tmp_path / "spiece.model"))
   ref = transformers.T5Tokenizer.from_pretrained(str(tmp_path), extra_ids=0)
   texts = corpus[:20] + ["a red cube " * 30, "unseen words: zebra!"]

@@ -158,8 +158,9 @@ def clic_negative(a: Analysis, b: Analysis, rng: np.random.Generator) -> tuple[s
   """METHODS §1.2 step 6 on the first sentences of the two images → (negative text or None, kind).
 
   Cross swap: common POS tags after removing words present in both sentences; w1 from a and w2 from b trade
-  places (every whole-word occurrence). Fallback (ours, not the reference's garbling one): a single-sentence swap in
-  a or b, joined with the other sentence. None (masked) when neither is possible.
+  places (every whole-word occurrence). A swap that only reorders the two sentences is no negative. Fallback (ours,
+  not the reference's garbling one): a single-sentence swap in a or b, joined with the other sentence. None (masked)
+  when neither is possible.
   """
   ga, gb = eligible_words(a), eligible_words(b)
   shared = {w for ws in ga.values() for w in ws} & {w for ws in gb.values() for w in ws}
@@ -170,7 +171,10 @@ def clic_negative(a: Analysis, b: Analysis, rng: np.random.Generator) -> tuple[s
   if common:
     tag = common[rng.integers(len(common))]
     w1, w2 = ga[tag][rng.integers(len(ga[tag]))], gb[tag][rng.integers(len(gb[tag]))]
-    return _pair_order(replace_word(ta, w1, w2), replace_word(tb, w2, w1), rng), CROSS
+    ea, eb = replace_word(ta, w1, w2), replace_word(tb, w2, w1)
+    # Swapping the only content of two one-word captions ("cat" / "dog") just reorders the positives: not a negative.
+    if sorted([ea, eb]) != sorted([ta, tb]):
+      return _pair_order(ea, eb, rng), CROSS
   for first in ((a, b) if rng.random() < 0.5 else (b, a)):
     swapped = single_swap(first, rng)
     if swapped is not None:

@@ -117,6 +117,9 @@ def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_token
   ds = ds.random_map(SampleTransform(source, cfg, tokenizer, t5_tokenizer, tagger), seed=cfg.seed)
   it = ds.to_iter_dataset()
   if cfg.num_workers > 0:
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside app.run (tests, notebooks) use defaults
+      flags.FLAGS.mark_as_parsed()
     it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers, per_worker_buffer_size=4))
   return it
 

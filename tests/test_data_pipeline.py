@@ -1,0 +1,263 @@
+"""Sources, sample builders and the grain pipeline on generated fixture datasets (broken rows included)."""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from compclip_jax.data import negatives as neg
+from compclip_jax.data import pipeline as pl
+from compclip_jax.data import samples
+from compclip_jax.data.negatives import SpacyTagger
+from compclip_jax.data.records import TooManySkipped
+from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
+from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.prepare import prepare
+from tests import data_fixtures as df
+
+
+@pytest.fixture(scope="module")
+def tagger():
+  return SpacyTagger(parse=True)
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return CLIPTokenizer.default()
+
+
+@pytest.fixture(scope="module")
+def clic(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("clic")
+  csv, root, bad, rejected = df.write_clic_csv(tmp)
+  return CsvSource(str(csv), str(root)), bad, rejected
+
+
+@pytest.fixture(scope="module")
+def prepared(clic, tmp_path_factory, tagger):
+  out = tmp_path_factory.mktemp("prepared")
+  meta = prepare(clic[0], str(out), image_size=64, shard_size=7, workers=1, progress=False)
+  return PreparedSource(str(out)), meta, out
+
+
+@pytest.fixture(scope="module")
+def t5tok(tmp_path_factory):
+  import sentencepiece as spm
+  tmp = tmp_path_factory.mktemp("spm")
+  corpus = [df.caption(np.random.default_rng(i)) for i in range(300)]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40, hard_vocab_limit=False, minloglevel=2,
+                                 pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  return T5Tokenizer(str(tmp / "spiece.model"))
+
+
+def _cfg(kind, **kw):
+  kw.setdefault("options", samples.SampleOptions(image_size=64))
+  kw.setdefault("max_skip_fraction", 0.5)
+  return pl.PipelineConfig(kind, **kw)
+
+
+# ------------------------------------------------------------------------------------------------------ sources
+def test_csv_source_rejects_bad_rows_by_file_and_row(clic):
+  src, bad, rejected = clic
+  assert len(src.rejected) == rejected
+  reasons = sorted(r for r, _ in src.rejected)
+  assert reasons == ["non_utf8", "too_few_sentences", "too_few_sentences"]
+  assert all("rows.csv:" in d for _, d in src.rejected)
+  assert all(s == s.lower() for _, ss in src.rows for s in ss)  # METHODS §1.1: lower-cased on load
+  assert all(len(ss) >= 2 for _, ss in src.rows)
+
+
+def test_coco_source_and_paraphrases(tmp_path):
+  path, root, para_path, _ = df.write_coco_json(tmp_path)
+  paras = read_paraphrases(str(para_path))
+  src = CocoSource(str(path), str(root), ("train", "restval"), paras)
+  data = json.loads(path.read_text())
+  want = [im for im in data["images"] if im["split"] in ("train", "restval") and im["cocoid"] != 9999]
+  assert len(src) == len(want)
+  assert [r for r, _ in src.rejected] == ["no_captions"]
+  rec = src[1]
+  assert len(rec["sentences"]) == 5 and rec["paraphrases"] == paras[rec["id"]]
+
+
+def test_prepared_format_round_trips(clic, prepared, tagger):
+  src, bad, _ = clic
+  ps, meta, out = prepared
+  assert meta["records"] == len(src) - len(bad) == len(ps)
+  assert meta["skipped"] == {"too_few_sentences": 2, "non_utf8": 1, "corrupt_image": 2, "too_small": 1,
+                             "too_large": 1, "missing_image": 1}
+  skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
+  assert {s["id"] for s in skipped if s["reason"] != "non_utf8" and s["reason"] != "too_few_sentences"} == set(bad)
+  good = [i for i in range(len(src)) if src[i]["id"] not in bad]
+  for k, i in enumerate(good):
+    raw = src.materialize(src[i])
+    rec = ps.materialize(ps[k])
+    assert rec["id"] == raw["id"] and rec["sentences"] == raw["sentences"]
+    np.testing.assert_array_equal(rec["half"], samples.half_image(raw, 64))  # PNG: lossless
+    np.testing.assert_array_equal(rec["full"], samples.eval_image(raw, 64))
+    assert rec["analysis"] == [a for a in SpacyTagger()(raw["sentences"])]
+    w, h = raw["image"].size
+    assert ps.wide[k] == (w >= h)
+
+
+def test_prepare_resumes(clic, tmp_path):
+  src = clic[0]
+  prepare(src, str(tmp_path), image_size=32, shard_size=10, progress=False)
+  first = (tmp_path / "shard-00001.array_record").stat().st_mtime_ns
+  (tmp_path / "shard-00002.json").unlink()  # as if the run died while writing shard 2
+  meta = prepare(src, str(tmp_path), image_size=32, shard_size=10, progress=False)
+  assert (tmp_path / "shard-00001.array_record").stat().st_mtime_ns == first  # finished shards are not redone
+  assert meta["records"] == len(PreparedSource(str(tmp_path)))
+
+
+# ------------------------------------------------------------------------------------------------- CLIC samples
+def test_clic_sample_properties(clic, tagger):
+  src = clic[0]
+  tf = pl.SampleTransform(src, _cfg("clic", batch_size=1), CLIPTokenizer.default(), tagger=tagger)
+  rng = np.random.default_rng(0)
+  good = [i for i in range(len(src)) if src.wide[i] >= 0 and src[i]["id"] not in clic[1]]
+  layouts = set()
+  for i in good[:20]:
+    rec = src.materialize(src[i])
+    partner = tf._partner(i, rng)
+    assert (partner["image"].size[0] >= partner["image"].size[1]) == (src.wide[i] == 1)  # same orientation
+    s = samples.clic_sample(rec, partner, rng, tagger, samples.SampleOptions(image_size=64))
+    img = s["image"]
+    assert img.shape == (64, 64, 3) and img.dtype == np.uint8
+    hi, hj = samples.half_image(rec, 64), samples.half_image(partner, 64)
+    if src.wide[i] == 1:  # wide pair: stacked vertically, each 32 high × 64 wide
+      halves = (img[:32], img[32:])
+    else:  # tall pair: side by side, each 64 high × 32 wide
+      halves = (img[:, :32], img[:, 32:])
+    assert any(np.array_equal(halves[0], x) and np.array_equal(halves[1], y) for x, y in ((hi, hj), (hj, hi)))
+    layouts.add((src.wide[i] == 1, np.array_equal(halves[0], hi)))
+    p1, p2, p3, p4, n = s["texts"]
+    a0, b0 = rec["sentences"][0], partner["sentences"][0]
+    assert p1 == neg.join(a0, b0) and p2 == neg.join(b0, a0)  # i's caption always first in p1
+    assert {p3.split(". ")[0].rstrip("."), p3.split(". ")[1].rstrip(".")} <= set(rec["sentences"][1:]) | set(
+        partner["sentences"][1:])
+    if s["neg_valid"]:
+      assert n and n not in (p1, p2)
+    else:
+      assert n == ""
+  assert len(layouts) == 4  # both orientations, both spatial orders
+
+
+def test_single_image_ablation(clic, tagger):
+  src = clic[0]
+  rec = src.materialize(src[0])
+  s = samples.clic_sample(rec, None, np.random.default_rng(0), tagger,
+                          samples.SampleOptions(image_size=64, clic_concat=False))
+  assert s["texts"][0] == s["texts"][1] == rec["sentences"][0]
+  np.testing.assert_array_equal(s["image"], samples.eval_image(rec, 64))
+
+
+def test_read_sample(tmp_path, tagger, t5tok):
+  path, root, para_path, _ = df.write_coco_json(tmp_path, broken=False)
+  src = CocoSource(str(path), str(root), paraphrases=read_paraphrases(str(para_path)))
+  rng = np.random.default_rng(0)
+  for i in range(len(src)):
+    rec = src.materialize(src[i])
+    s = samples.read_sample(rec, rng, tagger, samples.SampleOptions(image_size=64))
+    assert s["texts"][0] in rec["sentences"] and s["target"] in rec["sentences"]
+    assert s["neg_valid"].shape == (3,)
+    for n, ok in zip(s["texts"][1:], s["neg_valid"]):
+      assert (n != "") == ok and n != s["texts"][0]
+    if rec["paraphrases"]:
+      assert s["paraphrase"] in rec["paraphrases"]
+    else:
+      assert s["paraphrase"] in rec["sentences"] and s["paraphrase"] != s["texts"][0]
+  opts = samples.SampleOptions(image_size=64, read_target_may_equal_positive=False)
+  for _ in range(30):
+    s = samples.read_sample(src.materialize(src[0]), rng, tagger, opts)
+    assert s["target"] != s["texts"][0]
+  b = next(pl.make_batches(src, _cfg("read", batch_size=4), CLIPTokenizer.default(), t5tok, tagger=tagger))
+  assert b["ids"].shape == (4, 4, 77) and b["t5_target"].shape == (4, 77) and b["para_ids"].shape == (4, 77)
+  np.testing.assert_array_equal(b["t5_input"][:, 1:], b["t5_target"][:, :-1])
+  assert (b["t5_input"][:, 0] == 0).all() and ((b["t5_target"] == 1).sum(1) == 1).all()  # start 0, one EOS
+
+
+# ----------------------------------------------------------------------------------------------------- pipeline
+def _take(it, n):
+  return [next(it) for _ in range(n)]
+
+
+def _assert_same(xs, ys):
+  assert len(xs) == len(ys)
+  for x, y in zip(xs, ys):
+    assert x.keys() == y.keys()
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k])
+
+
+@pytest.mark.parametrize("kind", ["clic", "clic_clip", "negclip"])
+def test_same_seed_same_batches_and_exact_restore(prepared, tok, tagger, kind):
+  ps = prepared[0]
+  cfg = _cfg(kind, batch_size=4, seed=3)
+  a = pl.make_batches(ps, cfg, tok, tagger=tagger)
+  first = _take(a, 3)
+  state = json.loads(json.dumps(a.state()))  # must survive a checkpoint as JSON
+  rest = _take(a, 8)  # crosses an epoch boundary (31 records)
+  b = pl.make_batches(ps, cfg, tok, tagger=tagger)
+  _assert_same(_take(b, 3), first)
+  c = pl.make_batches(ps, cfg, tok, tagger=tagger)
+  c.restore(state)
+  _assert_same(_take(c, 8), rest)
+  other = pl.make_batches(ps, _cfg(kind, batch_size=4, seed=4), tok, tagger=tagger)
+  assert not np.array_equal(next(other)["ids"], first[0]["ids"])
+
+
+def test_restore_mid_epoch_with_skips_counts_too(clic, tok, tagger):
+  src = clic[0]
+  cfg = _cfg("clic", batch_size=4, seed=0)
+  a = pl.make_batches(src, cfg, tok, tagger=tagger)
+  _take(a, 4)
+  state = a.state()
+  rest = _take(a, 4)
+  after = a.stats()
+  b = pl.make_batches(src, cfg, tok, tagger=tagger)
+  b.restore(state)
+  _assert_same(_take(b, 4), rest)
+  assert b.stats() == after and after["skipped"] > 0
+
+
+def test_two_hosts_get_disjoint_shards_that_cover_the_data(prepared, tok, tagger):
+  ps = prepared[0]
+  seen = []
+  for host in range(2):
+    ds = pl.make_dataset(ps, _cfg("clic_clip", batch_size=2, num_epochs=1), tok, None, host, 2, tagger)
+    seen.append([x["ids"][0].tobytes() + x["image"].tobytes() for x in ds])
+  assert len(seen[0]) + len(seen[1]) == len(ps)
+  assert not set(seen[0]) & set(seen[1])
+  assert len(set(seen[0]) | set(seen[1])) == len(ps)
+
+
+def test_worker_processes_give_the_same_batches(prepared, tok, tagger):
+  ps = prepared[0]
+  inproc = _take(pl.make_batches(ps, _cfg("clic", batch_size=4, seed=1), tok, tagger=tagger), 3)
+  workers = pl.make_batches(ps, _cfg("clic", batch_size=4, seed=1, num_workers=2), tok)
+  _assert_same(_take(workers, 3), inproc)
+
+
+def test_bad_records_are_counted_and_too_many_fail(clic, tok, tagger):
+  src, bad, _ = clic
+  b = pl.make_batches(src, _cfg("clic_clip", batch_size=4, num_epochs=1), tok, tagger=tagger)
+  with pytest.raises(StopIteration):
+    while True:
+      next(b)
+  assert b.skips.seen == len(src)
+  assert dict(b.skips.skipped) == {"corrupt_image": 2, "too_small": 1, "too_large": 1, "missing_image": 1}
+  assert "truncated.jpg" in b.skips.summary() and "missing.jpg" in b.skips.summary()
+  strict = pl.make_batches(src, _cfg("clic_clip", batch_size=4, max_skip_fraction=0.01), tok, tagger=tagger)
+  strict.skips.min_seen = 10
+  with pytest.raises(TooManySkipped, match=r"(?s)records skipped.*e\.g\."):
+    _take(strict, 20)
+
+
+def test_global_arrays_on_the_mesh(prepared, tok, tagger):
+  import jax
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "fsdp"))
+  b = next(pl.make_batches(prepared[0], _cfg("clic", batch_size=8), tok, tagger=tagger))
+  g = pl.to_global(b, NamedSharding(mesh, P(("data", "fsdp"))))
+  assert g["ids"].shape == (8, 5, 77) and len(g["ids"].sharding.device_set) == 8
+  np.testing.assert_array_equal(np.asarray(g["image"]), b["image"])
