@@ -5,6 +5,10 @@
       `transformers.CLIPModel.from_pretrained`. Without --model_dir a random-init ViT-B/32 is written to a temp dir.
   python -m compclip_jax.bench encode [--model_dir=DIR] [--batch=64] [--runs=5]
       Captions/s and images/s encoded (jitted, fp32) against transformers in PyTorch on the same inputs.
+  python -m compclip_jax.bench pipeline [--records=400] [--runs=5]
+      Host pipeline on one core: CLIC text side with on-the-fly spaCy vs the cached POS analysis, and full CLIC
+      samples (two images + captions + negative + tokenisation) from prepared shards. Generates its own JPEGs
+      (300–640 px) and captions.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from absl import app, flags
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP directory (default: a random-init ViT-B/32).")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size for `encode`.")
+_RECORDS = flags.DEFINE_integer("records", 400, "Records generated for `pipeline`.")
 
 
 def _random_b32_dir() -> str:
@@ -95,9 +100,77 @@ def bench_encode(model_dir: str, batch: int, runs: int) -> None:
   print("\n".join("  " + r for r in rows))
 
 
+def _bench_dataset(root: str, n: int) -> str:
+  """n JPEGs of 300–640 px (both orientations) and a CLIC CSV with 3–5 sentences per row."""
+  import os  # pylint: disable=import-outside-toplevel
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  colors, things = ["red", "blue", "green", "gray", "white", "black"], ["man", "horse", "shirt", "dog", "car", "ball"]
+  os.makedirs(os.path.join(root, "images"), exist_ok=True)
+  lines = []
+  for i in range(n):
+    w, h = (int(x) for x in rng.integers(300, 641, 2))
+    base = rng.integers(0, 256, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)  # smooth-ish content, JPEG-realistic
+    Image.fromarray(base).resize((w, h), Image.Resampling.BILINEAR).save(os.path.join(root, "images", f"{i}.jpg"),
+                                                                        quality=90)
+    sents = [f"a {rng.choice(colors)} {rng.choice(things)} next to a {rng.choice(colors)} {rng.choice(things)} on "
+             f"a sunny day" for _ in range(int(rng.integers(3, 6)))]
+    lines.append(",".join([f"{i}.jpg"] + sents))
+  with open(os.path.join(root, "rows.csv"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return os.path.join(root, "rows.csv")
+
+
+def _rate(fn, n: int, runs: int) -> float:
+  """Median items/s of `runs` timed passes of fn(k) for k in range(n)."""
+  return n / _median_time(lambda: [fn(k) for k in range(n)], runs)
+
+
+def bench_pipeline(records: int, runs: int) -> None:
+  from compclip_jax.data import negatives as neg  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data import pipeline as pl  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data import samples  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data.sources import CsvSource, PreparedSource  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data.tokenizers import CLIPTokenizer  # pylint: disable=import-outside-toplevel
+  from compclip_jax.prepare import prepare  # pylint: disable=import-outside-toplevel
+  root = tempfile.mkdtemp(prefix="compclip_pipe_")
+  src = CsvSource(_bench_dataset(root, records), root + "/images")
+  prepare(src, root + "/prepared", workers=1, progress=False)
+  ps = PreparedSource(root + "/prepared")
+  tok = CLIPTokenizer.default()
+  tagger = neg.SpacyTagger()
+  tagger(["warm up"])
+  cached = [ps.materialize(ps[k]) for k in range(len(ps))]
+  m = len(cached)
+  rng = np.random.default_rng(0)
+
+  def text_side(k, fresh: bool):
+    a, b = cached[k], cached[(k * 7 + 1) % m]
+    if fresh:  # the reference: spaCy on the two first sentences for every sample
+      tagger._memo.clear()  # pylint: disable=protected-access
+      aa, ab = tagger([a["sentences"][0], b["sentences"][0]])
+    else:
+      (aa,), (ab,) = samples.analyses(a, [0], None), samples.analyses(b, [0], None)
+    n, _ = neg.clic_negative(aa, ab, rng)
+    tok([neg.join(a["sentences"][0], b["sentences"][0]), neg.join(b["sentences"][0], a["sentences"][0]),
+         neg.join(a["sentences"][1], b["sentences"][1]), neg.join(b["sentences"][2], a["sentences"][1]), n or ""])
+
+  fly = _rate(lambda k: text_side(k, True), m, runs)
+  cache = _rate(lambda k: text_side(k, False), m, runs)
+  tf = pl.SampleTransform(ps, pl.PipelineConfig("clic", batch_size=1), tok, tagger=tagger)
+  full = _rate(lambda k: tf(k, np.random.default_rng(k)), m, runs)
+  print(f"host pipeline, 1 core, {m} records, median of {runs}:")
+  print(f"  CLIC text side, spaCy on the fly : {fly:8.1f} samples/s")
+  print(f"  CLIC text side, cached analysis  : {cache:8.1f} samples/s  ({cache / fly:.1f}× on the fly)")
+  print(f"  full CLIC sample, prepared shards: {full:8.1f} samples/s  (2 images + 5 captions + negative + tokens)")
+
+
 def main(argv):
-  if len(argv) != 2 or argv[1] not in ("load", "encode"):
-    raise app.UsageError("usage: python -m compclip_jax.bench load|encode [--model_dir=DIR] [--runs=N]")
+  if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline"):
+    raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline [flags]")
+  if argv[1] == "pipeline":
+    bench_pipeline(_RECORDS.value, _RUNS.value)
+    return
   model_dir = _MODEL_DIR.value or _random_b32_dir()
   if argv[1] == "load":
     bench_load(model_dir, _RUNS.value)

@@ -92,9 +92,10 @@ def test_prepared_format_round_trips(clic, prepared, tagger):
     raw = src.materialize(src[i])
     rec = ps.materialize(ps[k])
     assert rec["id"] == raw["id"] and rec["sentences"] == raw["sentences"]
-    np.testing.assert_array_equal(rec["half"], samples.half_image(raw, 64))  # PNG: lossless
-    np.testing.assert_array_equal(rec["full"], samples.eval_image(raw, 64))
-    assert rec["analysis"] == [a for a in SpacyTagger()(raw["sentences"])]
+    np.testing.assert_array_equal(samples.half_image(rec, 64), samples.half_image(raw, 64))  # PNG: lossless
+    np.testing.assert_array_equal(samples.eval_image(rec, 64), samples.eval_image(raw, 64))
+    cached = samples.analyses(rec, range(len(rec["sentences"])), None)
+    assert cached == SpacyTagger()(raw["sentences"])
     w, h = raw["image"].size
     assert ps.wide[k] == (w >= h)
 
@@ -261,3 +262,33 @@ def test_global_arrays_on_the_mesh(prepared, tok, tagger):
   g = pl.to_global(b, NamedSharding(mesh, P(("data", "fsdp"))))
   assert g["ids"].shape == (8, 5, 77) and len(g["ids"].sharding.device_set) == 8
   np.testing.assert_array_equal(np.asarray(g["image"]), b["image"])
+
+
+def test_normalization_switch():
+  from compclip_jax.data.images import IMAGENET_MEAN
+  from compclip_jax.models.clip_config import OPENAI_MEAN, OPENAI_STD
+  ref = samples.SampleOptions()
+  assert samples.normalization("clic", ref, OPENAI_MEAN, OPENAI_STD)[0] == IMAGENET_MEAN  # reference behaviour
+  assert samples.normalization("clic_clip", ref, OPENAI_MEAN, OPENAI_STD)[0] == OPENAI_MEAN
+  own = samples.SampleOptions(clic_imagenet_normalization=False)
+  assert samples.normalization("clic", own, OPENAI_MEAN, OPENAI_STD) == (OPENAI_MEAN, OPENAI_STD)
+
+
+def test_prepare_cli_with_parallel_workers(tmp_path):
+  import os
+  import subprocess
+  import sys
+  path, root, para_path, bad = df.write_coco_json(tmp_path)
+  root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
+                        f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2",
+                        "--image_size=32"], capture_output=True, text=True, cwd=root_dir,
+                       env={**os.environ, "PYTHONPATH": root_dir}, check=True)
+  assert "prepare" in out.stderr  # the progress bar
+  assert "skipped: " in out.stdout and "no_captions 1" in out.stdout
+  ps = PreparedSource(str(tmp_path / "p"))
+  src = CocoSource(str(path), str(root), paraphrases=read_paraphrases(str(para_path)))
+  bad_in_split = sum(src[i]["image_path"].endswith(tuple(bad)) for i in range(len(src)))
+  assert len(ps) == len(src) - bad_in_split and ps.meta["parsed"]
+  rec = ps.materialize(ps[0])
+  assert any(a["c"] for a in rec["analysis"])  # noun chunks cached for READ

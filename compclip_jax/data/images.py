@@ -64,6 +64,13 @@ def load_image(src: str | bytes, name: str, max_pixels: int = MAX_PIXELS, min_si
   return to_rgb(img)
 
 
+def decode_rgb(data: bytes | np.ndarray) -> np.ndarray:
+  """Encoded image bytes (the prepared format's pre-resized images) → uint8 [H, W, 3]; arrays pass through."""
+  if isinstance(data, np.ndarray):
+    return data
+  return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
 def orientation(width: int, height: int) -> str:
   """METHODS §1.2 step 1: 'wide' if width ≥ height (squares are wide), else 'tall'."""
   return "wide" if width >= height else "tall"

@@ -1,7 +1,8 @@
 """Sample builders: pure functions of a decoded record (a partner record where needed) and an np.random.Generator.
 
 Records are dicts: `id`, `sentences` (list[str]), `image` (RGB PIL image, or the pre-resized images of the prepared
-format under `half` / `full`), optional `analysis` (list[Analysis] aligned with `sentences`) and `paraphrases`.
+format under `half` / `full`, still encoded), optional `analysis` (aligned with `sentences`; `Analysis` or its JSON)
+and `paraphrases`.
 Images leave here as uint8 [S, S, 3]; normalisation happens on device (`compclip_jax.data.images.normalize` twin in
 the step), which keeps host→device traffic at a quarter.
 """
@@ -12,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 from compclip_jax.data import negatives as neg
-from compclip_jax.data.images import Preprocess, orientation, squash
+from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD, Preprocess, decode_rgb, orientation, squash
 from compclip_jax.data.negatives import Analysis
 
 Tagger = Callable[[Sequence[str]], list[Analysis]]
@@ -22,15 +23,25 @@ Tagger = Callable[[Sequence[str]], list[Analysis]]
 class SampleOptions:
   image_size: int = 224
   clic_concat: bool = True  # False: METHODS §1.5 single-image ablation (p1 = p2, single-sentence swap, no Uni)
+  # METHODS §1.2 step 4: the reference normalises concatenated CLIC images with ImageNet's constants whatever the
+  # backbone; False uses the model's own (CLIP steps always use the model's).
+  clic_imagenet_normalization: bool = True
   read_num_negatives: int = 3
   read_target_may_equal_positive: bool = True  # reference behaviour (METHODS §2.2); False draws from the others
   negclip_random_caption: bool = False  # METHODS §1.5 "our NegCLIP" uses the first sentence
 
 
+def normalization(kind: str, opts: SampleOptions, model_mean, model_std) -> tuple[tuple, tuple]:
+  """(mean, std) the step applies on device to the uint8 images of a `kind` batch."""
+  if kind == "clic" and opts.clic_concat and opts.clic_imagenet_normalization:
+    return IMAGENET_MEAN, IMAGENET_STD
+  return tuple(model_mean), tuple(model_std)
+
+
 def analyses(rec: dict, idx: Sequence[int], tagger: Tagger | None) -> list[Analysis]:
   """The analysis of the record's sentences `idx`: from the prepared cache when present, else from the tagger."""
   if rec.get("analysis"):
-    return [rec["analysis"][i] for i in idx]
+    return [a if isinstance(a, Analysis) else Analysis.from_json(a) for a in (rec["analysis"][i] for i in idx)]
   if tagger is None:
     raise ValueError(f"record {rec['id']}: no cached POS analysis and no tagger given")
   return tagger([rec["sentences"][i] for i in idx])
@@ -39,7 +50,7 @@ def analyses(rec: dict, idx: Sequence[int], tagger: Tagger | None) -> list[Analy
 def half_image(rec: dict, size: int) -> np.ndarray:
   """The record's image squashed to its CLIC half: 112 wide × 224 high if tall, 224 wide × 112 high if wide."""
   if "half" in rec:
-    return rec["half"]
+    return decode_rgb(rec["half"])
   w, h = rec["image"].size
   return squash(rec["image"], size // 2, size) if orientation(w, h) == "tall" else squash(rec["image"], size,
                                                                                             size // 2)
@@ -47,7 +58,7 @@ def half_image(rec: dict, size: int) -> np.ndarray:
 
 def eval_image(rec: dict, size: int) -> np.ndarray:
   """The model's eval transform without normalisation: shorter side → size (bicubic), centre crop. uint8."""
-  return rec["full"] if "full" in rec else Preprocess(size).resize_crop(rec["image"])
+  return decode_rgb(rec["full"]) if "full" in rec else Preprocess(size).resize_crop(rec["image"])
 
 
 def _two_extras(sentences: Sequence[str], rng: np.random.Generator) -> list[str]:

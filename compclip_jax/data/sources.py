@@ -184,7 +184,8 @@ class PreparedSource:
 
   @staticmethod
   def materialize(raw: dict) -> dict:
+    """Images stay encoded and analyses stay JSON until a sample builder asks for them (a CLIC step needs only the
+    half images and the first sentences' analysis)."""
     d = msgpack.unpackb(raw["bytes"])
-    dec = lambda b: np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
-    return {"id": d["id"], "sentences": d["s"], "half": dec(d["h"]), "full": dec(d["f"]),
-            "analysis": [Analysis.from_json(a) for a in d["a"]], "paraphrases": d["p"]}
+    return {"id": d["id"], "sentences": d["s"], "half": d["h"], "full": d["f"], "analysis": d["a"],
+            "paraphrases": d["p"]}
