@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+from typing import Callable
 
 import numpy as np
 from flax import nnx
@@ -81,6 +82,20 @@ def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPToke
   return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
 
 
+def load_clip_params(path: str, model_name: str | None = None, activation: str | None = None,
+                     abstract_model: Callable[[clip_config.CLIPConfig], CLIP] | None = None):
+  """(config, our flat params as numpy, tokenizer, preprocess) of a checkpoint, nothing on a device yet.
+
+  `abstract_model(cfg)` builds the abstract model whose shapes the checkpoint must fit (default: fp32 CLIP).
+  """
+  fmt, cfg, raw = read_checkpoint(path, model_name, activation)
+  make = abstract_model or (lambda c: params.abstract(lambda: CLIP(c, rngs=nnx.Rngs(0))))
+  abstract = make(cfg)
+  flat = raw.to_ours(params.shapes(abstract))
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  return cfg, flat, _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size), abstract
+
+
 def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
               text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
               remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer | None, Preprocess]:
@@ -89,13 +104,10 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
   is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
   """
-  fmt, cfg, raw = read_checkpoint(path, model_name, activation)
-  abstract = params.abstract(lambda: CLIP(cfg, rngs=nnx.Rngs(0), text_dtypes=text_dtypes,
-                                          vision_dtypes=vision_dtypes, remat_text=remat_text))
-  model = params.fill(abstract, raw.to_ours(params.shapes(abstract)))
-  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-  preprocess = Preprocess.from_hf_dir(directory, cfg.vision.image_size)
-  return model, _tokenizer_for(path, fmt, cfg), preprocess
+  make = lambda cfg: params.abstract(lambda: CLIP(cfg, rngs=nnx.Rngs(0), text_dtypes=text_dtypes,
+                                                  vision_dtypes=vision_dtypes, remat_text=remat_text))
+  _, flat, tokenizer, preprocess, abstract = load_clip_params(path, model_name, activation, make)
+  return params.fill(abstract, flat), tokenizer, preprocess
 
 
 def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIPTokenizer | None = None,

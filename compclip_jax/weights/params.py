@@ -15,6 +15,11 @@ def _dotted(path) -> str:
   return ".".join(str(p) for p in path)
 
 
+def tree_path_str(path) -> str:
+  """A jax tree path into an nnx.State (DictKeys, then the Variable's `value`) → 'text_model.encoder.layers.0…'."""
+  return ".".join(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
+
+
 def abstract(ctor: Callable[[], M]) -> M:
   """The model `ctor()` would build, with ShapeDtypeStructs instead of arrays (nothing is allocated)."""
   return nnx.eval_shape(ctor)

@@ -1,0 +1,70 @@
+"""Checkpoints: the only module that touches orbax.
+
+What is saved: the TrainState (trainable parameters, optimiser state, step, rng) through orbax, and each process's
+data-iterator states as JSON (`data/step_N.process_P.json`, written *before* orbax commits the step, so a committed
+step always has them). Frozen parameters are not saved: they are re-read from the initial checkpoint, bit for bit.
+A rerun with the same workdir restores the newest step that restores cleanly; a corrupt or half-written one is
+skipped with a warning. Saves are synchronous, which keeps "checkpoint on SIGTERM, then exit" simple and exact.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+  def __init__(self, workdir: str, keep: int = 3):
+    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    self.data_dir = os.path.join(self.directory, "data")
+    os.makedirs(self.data_dir, exist_ok=True)
+    self.manager = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
+                                                             create=True, cleanup_tmp_directories=True))
+
+  def _data_path(self, step: int) -> str:
+    return os.path.join(self.data_dir, f"step_{step}.process_{jax.process_index()}.json")
+
+  def save(self, step: int, state, data_states: dict) -> None:
+    """Saves `state` (a pytree of jax.Arrays) and this process's `data_states` ({name: json-able}) as `step`."""
+    tmp = self._data_path(step) + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(data_states, f)
+    os.replace(tmp, self._data_path(step))
+    self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+    self.manager.wait_until_finished()
+    kept = set(self.manager.all_steps())
+    for name in os.listdir(self.data_dir):  # drop iterator states of steps orbax no longer keeps
+      if name.startswith("step_") and int(name.split(".")[0][5:]) not in kept:
+        os.remove(os.path.join(self.data_dir, name))
+
+  def restore_latest(self, abstract_state):
+    """(step, state, data_states) of the newest step that restores, or None for a fresh run.
+
+    `abstract_state`: the TrainState tree of jax.ShapeDtypeStruct (with shardings) to restore into.
+    """
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        with open(self._data_path(step)) as f:
+          data_states = json.load(f)
+        state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        _check_finite(state, step)
+        return step, state, data_states
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning("checkpoint step %d in %s cannot be restored (%s: %s); trying the previous one", step,
+                        self.directory, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    return None
+
+  def close(self) -> None:
+    self.manager.close()
+
+
+def _check_finite(state, step: int) -> None:
+  for leaf in jax.tree.leaves(state):
+    if jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating):
+      if not all(np.isfinite(np.asarray(s.data)).all() for s in leaf.addressable_shards):
+        raise FloatingPointError(f"non-finite values in checkpoint step {step}")

@@ -1,0 +1,288 @@
+"""Training: `run(config, workdir)` reads top to bottom — config check, mesh, data, model and weights, parameter
+rules and optimiser, sharded state, jitted steps, restore, loop, export.
+
+Every step kind is one `jax.jit` (state donated); CLIC alternates CLIC and CLIP steps by step number (METHODS §1.4),
+each kind with its own pipeline. Checkpoints hold the trainable state, the optimiser state and every pipeline's
+iterator state, so a rerun with the same workdir continues exactly where the last checkpoint left off.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from compclip_jax import checkpointing, loading, optim, sharding, steps
+from compclip_jax.data import pipeline as pl
+from compclip_jax.data import samples
+from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
+from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.metrics import MetricWriter
+from compclip_jax.models import clip_config
+from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.read import READModel
+from compclip_jax.models.t5 import T5Config, T5Decoder
+from compclip_jax.weights import hf, params
+
+METHODS = ("clic", "read", "negclip", "clip")
+SOURCES = ("csv", "coco", "prepared")
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+  pass
+
+
+# ------------------------------------------------------------------------------------------------- config check
+def validate(c: ml_collections.ConfigDict) -> None:
+  """Every problem found before anything loads or compiles, reported at once."""
+  errors = []
+  if c.method not in METHODS:
+    errors.append(f"method {c.method!r}: use one of {METHODS}")
+  if not c.model.init and not c.model.random:
+    errors.append("model.init (a path load_clip reads) or model.random ('tiny' or an open_clip name) is required")
+  if c.model.init and not os.path.exists(c.model.init):
+    errors.append(f"model.init {c.model.init} does not exist")
+  if c.model.random and c.model.random != "tiny" and c.model.random.removesuffix("-quickgelu") not in \
+      clip_config.OPEN_CLIP_MODELS:
+    errors.append(f"model.random {c.model.random!r}: use 'tiny' or one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
+  if c.method == "read" and not c.t5.init and not c.data.generate:
+    errors.append("READ needs t5.init: an HF T5 v1.1 directory (e.g. google/t5-v1_1-large downloaded locally)")
+  if c.t5.init and not os.path.isdir(c.t5.init):
+    errors.append(f"t5.init {c.t5.init} is not a directory")
+  if c.data.source not in SOURCES:
+    errors.append(f"data.source {c.data.source!r}: use one of {SOURCES}")
+  if not c.data.generate:
+    if not c.data.path or not os.path.exists(c.data.path):
+      errors.append(f"data.path {c.data.path!r} does not exist")
+    if c.data.source != "prepared" and not os.path.isdir(c.data.image_root or ""):
+      errors.append(f"data.image_root {c.data.image_root!r} is not a directory")
+    if c.data.paraphrases and not os.path.exists(c.data.paraphrases):
+      errors.append(f"data.paraphrases {c.data.paraphrases} does not exist")
+  for name in ("frozen_dtype", "compute_dtype"):
+    if c.model[name] not in DTYPE_NAMES:
+      errors.append(f"model.{name} {c.model[name]!r}: use one of {DTYPE_NAMES}")
+  n_dev, n_proc = jax.device_count(), jax.process_count()
+  if c.batch_size % n_dev or c.batch_size % n_proc:
+    errors.append(f"batch_size {c.batch_size} is not divisible by the {n_dev} devices / {n_proc} processes")
+  if c.total_steps < 0 or c.num_epochs <= 0:
+    errors.append("total_steps must be ≥ 0 and num_epochs > 0")
+  if errors:
+    raise ConfigError("config problems:\n  " + "\n  ".join(errors))
+
+
+def step_kinds(c) -> list[str]:
+  return {"clic": ["clic", "clic_clip"] if c.clip_every > 0 else ["clic"], "read": ["read"],
+          "negclip": ["negclip"], "clip": ["clip"]}[c.method]
+
+
+def kind_at(c, step: int) -> str:
+  return steps.clic_schedule_kind(step, c.clip_every) if c.method == "clic" else step_kinds(c)[0]
+
+
+# --------------------------------------------------------------------------------------------------------- data
+def make_source(c, workdir: str):
+  if c.data.generate:  # :runlocal — the synthetic world, written once into the workdir
+    from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
+    world = synthetic.write_world(os.path.join(workdir, "world"), c.data.generate, seed=c.seed)
+    if c.data.source == "csv":
+      return CsvSource(world["csv"], world["images"]), world
+    return CocoSource(world["coco_json"], world["images"], ("train",), read_paraphrases(world["paraphrases"])), world
+  if c.data.source == "csv":
+    return CsvSource(c.data.path, c.data.image_root), None
+  if c.data.source == "coco":
+    paras = read_paraphrases(c.data.paraphrases) if c.data.paraphrases else None
+    return CocoSource(c.data.path, c.data.image_root, tuple(c.data.splits), paras), None
+  return PreparedSource(c.data.path), None
+
+
+def sample_options(c) -> samples.SampleOptions:
+  return samples.SampleOptions(image_size=c.data.image_size, clic_concat=c.data.clic_concat,
+                               clic_imagenet_normalization=c.data.clic_imagenet_normalization,
+                               read_target_may_equal_positive=c.data.read_target_may_equal_positive,
+                               negclip_random_caption=c.data.negclip_random_caption)
+
+
+# ------------------------------------------------------------------------------------------------ model, weights
+@dataclasses.dataclass
+class Model:
+  """What training needs to know about the model it builds."""
+  abstract: nnx.Module
+  flat: dict  # initial parameters (numpy, stored dtype): the frozen ones are exported from here, bit for bit
+  clip_cfg: clip_config.CLIPConfig
+  tokenizer: CLIPTokenizer
+  t5_tokenizer: T5Tokenizer | None
+  preprocess_mean: tuple
+  preprocess_std: tuple
+
+
+def build_model(c, world) -> Model:
+  dt = DTypes(compute=c.model.compute_dtype)
+  make_clip = lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=dt, vision_dtypes=dt,
+                               remat_text=c.model.remat_text)
+  if c.model.init:
+    cfg, flat, tok, pre, _ = loading.load_clip_params(c.model.init, c.model.model_name or None,
+                                                      c.model.activation or None,
+                                                      lambda cfg: params.abstract(lambda: make_clip(cfg)))
+    if tok is None:
+      raise ConfigError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
+    mean, std = pre.mean, pre.std
+  else:
+    cfg = clip_config.tiny() if c.model.random == "tiny" else clip_config.named(c.model.random)
+    if cfg.vision.image_size != c.data.image_size:
+      cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
+    flat = params.flat_params(make_clip(cfg))
+    tok, mean, std = CLIPTokenizer.default(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD
+  if c.method != "read":
+    return Model(params.abstract(lambda: make_clip(cfg)), flat, cfg, tok, None, mean, std)
+  # READ: CLIP + W + the frozen T5 v1.1 decoder
+  t5_dt = DTypes(compute=c.model.compute_dtype)
+  if c.t5.init:
+    t5_cfg, raw = hf.read_t5_dir(c.t5.init)
+    t5_tok = T5Tokenizer(os.path.join(c.t5.init, "spiece.model"))
+    t5_flat = raw.to_ours(params.shapes(params.abstract(lambda: T5Decoder(t5_cfg, t5_dt, rngs=nnx.Rngs(0)))))
+  else:  # :runlocal — a tiny random decoder with a SentencePiece model trained on the world's captions
+    from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
+    t5_tok = T5Tokenizer(synthetic.write_t5_tokenizer(os.path.dirname(world["csv"]), world["coco_json"]))
+    t5_cfg = T5Config(vocab_size=int(t5_tok.sp.get_piece_size()), d_model=c.t5.random_d_model, d_kv=16,
+                      d_ff=2 * c.t5.random_d_model, num_decoder_layers=c.t5.random_layers, num_heads=4)
+    t5_flat = params.flat_params(T5Decoder(t5_cfg, t5_dt, rngs=nnx.Rngs(c.seed + 1)))
+  w = nnx.initializers.lecun_normal()(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
+  flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
+          "proj.kernel": np.asarray(w)}
+  abstract = params.abstract(lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=t5_dt))
+  return Model(abstract, flat, cfg, tok, t5_tok, mean, std)
+
+
+# ---------------------------------------------------------------------------------------------------------- run
+def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `c` in `workdir` (resuming if it holds checkpoints); returns the last logged metrics."""
+  validate(c)
+  os.makedirs(workdir, exist_ok=True)
+
+  # --- mesh
+  mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
+  logging.info("mesh %s over %d devices, %d process(es)", dict(mesh.shape), jax.device_count(), jax.process_count())
+
+  # --- data
+  source, world = make_source(c, workdir)
+  if len(source) < c.batch_size // jax.process_count():
+    raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
+                      f"{c.batch_size // jax.process_count()}")
+  model = build_model(c, world)
+  opts = sample_options(c)
+  kinds = step_kinds(c)
+  pipes = {k: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed + i,
+                                                        num_workers=c.data.num_workers,
+                                                        max_skip_fraction=c.data.max_skip_fraction, options=opts),
+                              model.tokenizer, model.t5_tokenizer, jax.process_index(), jax.process_count())
+           for i, k in enumerate(kinds)}
+  norms = {k: samples.normalization(k, opts, model.preprocess_mean, model.preprocess_std) for k in kinds}
+  total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
+
+  # --- parameter rules: trainable vs frozen, decay vs not (each parameter matched exactly once)
+  groups = optim.assign(model.flat, {"trainable": c.optim.trainable, "frozen": c.optim.frozen})
+  trainable_paths = [p for p, g in groups.items() if g == "trainable"]
+  decay = optim.assign(trainable_paths, {"decay": c.optim.decay, "no_decay": c.optim.no_decay})
+  concrete = params.fill(model.abstract, model.flat)
+  is_trainable = lambda path, _: groups.get(".".join(map(str, path))) == "trainable"
+  graphdef, trainable, frozen = nnx.split(concrete, is_trainable, ...)
+  frozen_dtype = jnp.dtype(c.model.frozen_dtype)
+  frozen = jax.tree.map(lambda x: x.astype(frozen_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, frozen)
+  n_train = sum(x.size for x in jax.tree.leaves(trainable))
+  n_frozen = sum(x.size for x in jax.tree.leaves(frozen))
+  logging.info("parameters: %s trainable, %s frozen (%s)", f"{n_train:,}", f"{n_frozen:,}", c.model.frozen_dtype)
+
+  # --- optimiser, sharded state
+  schedule = optim.make_schedule(c.optim.schedule, total, c.optim)
+  tx = optim.make_optimizer(schedule, optim.decay_mask_tree(trainable, decay), c.optim)
+  train_sh = sharding.state_shardings(mesh, trainable, c.mesh.min_fsdp_size)
+  frozen = jax.device_put(frozen, sharding.state_shardings(mesh, frozen, c.mesh.min_fsdp_size))
+  trainable = jax.device_put(trainable, train_sh)
+  opt_state = jax.jit(tx.init)(trainable)  # moments inherit their parameter's sharding
+  rep = sharding.replicated(mesh)
+  state = steps.TrainState(jax.device_put(jnp.int32(0), rep), trainable, opt_state,
+                           jax.device_put(jax.random.PRNGKey(c.seed), rep))
+  state_sh = jax.tree.map(lambda x: x.sharding, state)
+  frozen_sh = jax.tree.map(lambda x: x.sharding, frozen)
+  batch_sh = sharding.batch_sharding(mesh)
+
+  # --- jitted steps (compiled on first use)
+  step_fns = {k: jax.jit(steps.make_step(k, graphdef, tx, schedule, norms, c.loss),
+                         in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
+                         donate_argnums=(0,)) for k in kinds}
+
+  # --- restore
+  ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep)
+  abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_sh)
+  restored = ckpt.restore_latest(abstract_state)
+  start = 0
+  if restored:
+    start, state, data_states = restored
+    for k, p in pipes.items():
+      p.restore(data_states[k])
+    logging.info("resumed from step %d in %s", start, workdir)
+
+  # --- loop
+  writer = MetricWriter(workdir, total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None)
+  stop = {"sigterm": False}
+  previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
+  last, recent = {}, {}
+  try:
+    for step in range(start, total):
+      kind = kind_at(c, step)
+      batch = pl.to_global(next(pipes[kind]), batch_sh)
+      state, metrics = step_fns[kind](state, frozen, batch)
+      recent[kind] = metrics
+      done = step + 1
+      if done % c.log_every == 0 or done == total:
+        last = writer.write(done, _log_dict(recent, kind, pipes))
+      if done % c.checkpoint.every_steps == 0 or done == total or stop["sigterm"]:
+        writer.check_finite(done, metrics["loss"])  # never checkpoint a diverged state
+        ckpt.save(done, state, {k: p.state() for k, p in pipes.items()})
+      if stop["sigterm"]:
+        logging.warning("SIGTERM: checkpoint written at step %d; rerun the same command to resume", done)
+        break
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+    writer.close()
+    ckpt.close()
+
+  # --- export (frozen parameters from the initial checkpoint, trained ones from the state)
+  if not stop["sigterm"] and jax.process_index() == 0:
+    export(c, workdir, model, jax.device_get(state.trainable))
+  return last
+
+
+def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:
+  """The latest metrics of every step kind (CLIC and its CLIP steps both show), `loss` being this step's."""
+  out = {"loss": recent[kind]["loss"]}
+  for k, m in recent.items():
+    out.update({(f"loss/{k}" if name == "loss" else name): v for name, v in m.items()})
+  for k, p in pipes.items():
+    out.update({f"data/{k}/{name}": v for name, v in p.stats().items()})
+  return out
+
+
+def export(c, workdir: str, model: Model, trainable) -> None:
+  flat = dict(model.flat)
+  flat.update({".".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(trainable)})
+  if c.method == "read":
+    flat = {k[len("clip."):]: v for k, v in flat.items() if k.startswith("clip.")}
+  clip = params.fill(params.abstract(lambda: CLIP(model.clip_cfg, rngs=nnx.Rngs(0))), flat)
+  from compclip_jax.data.images import Preprocess  # pylint: disable=import-outside-toplevel
+  pre = Preprocess(model.clip_cfg.vision.image_size, tuple(model.preprocess_mean), tuple(model.preprocess_std))
+  if c.export.hf:
+    written = loading.save_clip(clip, os.path.join(workdir, "export", "hf"), "hf", tokenizer=model.tokenizer,
+                                preprocess=pre)
+    logging.info("exported HF CLIPModel: %s", os.path.dirname(written[0]))
+  if c.export.open_clip:
+    loading.save_clip(clip, os.path.join(workdir, "export", "open_clip", "model.safetensors"), "open_clip",
+                      preprocess=pre)

@@ -1,0 +1,52 @@
+"""Shared config pieces. Method configs start from `base()` and set the reference recipe (METHODS §1.4, §2.4)."""
+import ml_collections
+
+# Parameter-rule regexes (matched against dotted parameter paths, e.g. 'text_model.encoder.layers.0.mlp.fc1.kernel').
+CLIP_TEXT = [r"text_model\..*", r"text_projection\..*", r"logit_scale"]
+CLIP_VISION = [r"vision_model\..*", r"visual_projection\..*"]
+# ≥2-D weights (kernels, token/position embeddings) decay; biases, LayerNorm scales and logit_scale do not (§1.4).
+DECAY_2D = [r".*\.(kernel|embedding)"]
+NO_DECAY_2D = [r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding"]
+
+
+def base() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.method = ""
+  c.seed = 0
+  c.model = dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16",
+                 compute_dtype="float32", remat_text=False)
+  c.t5 = dict(init="", random_layers=2, random_d_model=64)
+  c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=["train", "restval"], num_workers=0,
+                max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True,
+                clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False)
+  c.batch_size = 800
+  c.num_epochs = 1.0
+  c.total_steps = 0  # 0: from num_epochs × records / batch_size
+  c.clip_every = 1  # CLIC alternation (METHODS §1.4): 1 → CLIC, CLIP, CLIC, …; 0 → no CLIP steps
+  c.optim = dict(schedule="clic", lr=1e-6, start_lr=1e-7, end_lr=1e-8, warmup_frac=0.2, warmup_steps=50, b1=0.9,
+                 b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, trainable=CLIP_TEXT, frozen=CLIP_VISION,
+                 decay=DECAY_2D, no_decay=NO_DECAY_2D)
+  c.loss = dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_rec=0.1, w_align=0.5, align_direction="para_to_orig",
+                t5_dropout=True)
+  c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
+  c.checkpoint = dict(every_steps=200, keep=3)
+  c.log_every = 10
+  c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
+  c.export = dict(hf=True, open_clip=False)
+  return c
+
+
+def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collections.ConfigDict:
+  """A tiny random model on generated data (the synthetic world in the workdir): a minute on a laptop CPU."""
+  c.model.random = "tiny"
+  c.model.frozen_dtype = "float32"
+  c.data.generate = world_size
+  c.data.image_size = 32
+  c.batch_size = 8
+  c.total_steps = 6
+  c.log_every = 2
+  c.checkpoint.every_steps = 3
+  c.optim.lr = 1e-4
+  c.optim.start_lr, c.optim.end_lr = 1e-5, 1e-6
+  c.optim.warmup_steps = 2
+  return c
