@@ -69,7 +69,7 @@ class MetricWriter:
   def line(self, step: int, v: dict) -> str:
     parts = [f"step {step}/{self.total}"]
     parts += [f"{k} {v[k]:.4f}" for k in sorted(v) if k == "loss" or k.startswith("loss/") or "/" in k and
-              k.split("/")[1] in ("cont", "sneg", "uni", "rec", "align")]
+              k.split("/")[1] in ("cont", "sneg", "uni", "con", "rec", "align")]
     if "lr" in v:
       parts.append(f"lr {v['lr']:.2e}")
     if "samples_per_s" in v:

@@ -206,7 +206,9 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
   train_sh = sharding.state_shardings(mesh, trainable, c.mesh.min_fsdp_size)
   frozen = jax.device_put(frozen, sharding.state_shardings(mesh, frozen, c.mesh.min_fsdp_size))
   trainable = jax.device_put(trainable, train_sh)
-  opt_state = jax.jit(tx.init)(trainable)  # moments inherit their parameter's sharding
+  # Optimiser moments get their parameter's sharding (the size rule depends on the shape only); counts replicate.
+  opt_sh = sharding.state_shardings(mesh, jax.eval_shape(tx.init, trainable), c.mesh.min_fsdp_size)
+  opt_state = jax.jit(tx.init, out_shardings=opt_sh)(trainable)
   rep = sharding.replicated(mesh)
   state = steps.TrainState(jax.device_put(jnp.int32(0), rep), trainable, opt_state,
                            jax.device_put(jax.random.PRNGKey(c.seed), rep))

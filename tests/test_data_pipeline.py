@@ -292,3 +292,13 @@ def test_prepare_cli_with_parallel_workers(tmp_path):
   assert len(ps) == len(src) - bad_in_split and ps.meta["parsed"]
   rec = ps.materialize(ps[0])
   assert any(a["c"] for a in rec["analysis"])  # noun chunks cached for READ
+
+
+def test_global_batch_does_not_depend_on_host_count(prepared, tok, tagger):
+  ps = prepared[0]
+  cfg = _cfg("clic", batch_size=4, seed=2)
+  one = _take(pl.make_batches(ps, cfg, tok, tagger=tagger), 2)
+  hosts = [_take(pl.make_batches(ps, cfg, tok, None, p, 2, tagger), 2) for p in range(2)]
+  for step in range(2):
+    for k in one[step]:
+      np.testing.assert_array_equal(np.concatenate([hosts[0][step][k], hosts[1][step][k]]), one[step][k])

@@ -1,10 +1,11 @@
 """The input pipeline on grain: index → sample (image work and lexical swaps on the host) → fixed-shape batches →
 global `jax.Array`s.
 
-- Reproducible: each record's RNG comes from grain's `random_map` (seed, position in the epoch-repeated order), so
-  (seed, step) determines every sample; the iterator state (`state()` / `restore()`) is checkpointed with the model.
-- Multi-host: each JAX process reads the disjoint slice `[process_index::process_count]` of the index space and
-  builds its local part of the global batch.
+- Reproducible: one shuffled, epoch-repeated order of records is shared by all hosts; each record's RNG comes from
+  (seed, its position in that order), so (seed, step) determines every sample; the iterator state (`state()` /
+  `restore()`) is checkpointed with the model.
+- Multi-host: global batch g is positions [g·B, (g+1)·B) of the order; process p builds rows [p·B/P, (p+1)·B/P) of
+  it. Hosts read disjoint positions that cover the data, and the global batch does not depend on the host count.
 - CLIC partners (METHODS §1.2 step 2): drawn uniformly from a bucket → indices table of same-orientation records.
 - Bad records never stop a run and are never silent: the transform returns a skip marker, the main process counts it
   by reason (`SkipCounter`, which fails the run past `max_skip_fraction`) and fills the batch with the next sample.
@@ -106,15 +107,44 @@ class SampleTransform:
     return out
 
 
+class _LocalPositions:
+  """Local index k → global position q in the epoch-repeated order, such that global batch g is positions
+  [g·B, (g+1)·B) and process p builds rows [p·Bl, (p+1)·Bl) of it (Bl = B / P). The global batch is therefore the
+  same whatever the number of processes."""
+
+  def __init__(self, global_batch: int, process_index: int, process_count: int):
+    self.b, self.bl, self.p = global_batch, global_batch // process_count, process_index
+
+  def __call__(self, k: int) -> int:
+    return (k // self.bl) * self.b + self.p * self.bl + k % self.bl
+
+  def count(self, n: int) -> int:
+    """How many of the positions [0, n) are this process's."""
+    full, rem = divmod(n, self.b)
+    return full * self.bl + min(max(rem - self.p * self.bl, 0), self.bl)
+
+
+class _SampleAt:
+  """Global position q → sample of record order[q], with the record's RNG from (seed, q): q encodes the epoch and
+  the place in it, so every sample is a function of (seed, position), on any host and in any worker."""
+
+  def __init__(self, order, transform: SampleTransform, seed: int):
+    self.order, self.transform, self.seed = order, transform, seed
+
+  def __call__(self, q: int) -> dict:
+    return self.transform(self.order[q], np.random.default_rng([self.seed, q]))
+
+
 def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None):
-  """The grain IterDataset of per-sample dicts (skip markers included) for this process."""
+  """The grain IterDataset of this process's per-sample dicts (skip markers included)."""
   import grain  # pylint: disable=import-outside-toplevel
-  if len(source) < process_count:
-    raise ValueError(f"{len(source)} records cannot be split over {process_count} processes")
-  ds = grain.MapDataset.range(len(source))[process_index::process_count]
-  ds = ds.shuffle(seed=cfg.seed).repeat(cfg.num_epochs)
-  ds = ds.random_map(SampleTransform(source, cfg, tokenizer, t5_tokenizer, tagger), seed=cfg.seed)
+  if cfg.batch_size % process_count:
+    raise ValueError(f"global batch {cfg.batch_size} is not divisible by the {process_count} processes")
+  order = grain.MapDataset.range(len(source)).shuffle(seed=cfg.seed).repeat(cfg.num_epochs)
+  positions = _LocalPositions(cfg.batch_size, process_index, process_count)
+  transform = SampleTransform(source, cfg, tokenizer, t5_tokenizer, tagger)
+  ds = grain.MapDataset.range(positions.count(len(order))).map(positions).map(_SampleAt(order, transform, cfg.seed))
   it = ds.to_iter_dataset()
   if cfg.num_workers > 0:
     from absl import flags  # pylint: disable=import-outside-toplevel
@@ -172,8 +202,6 @@ class Batches:
 
 def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None) -> Batches:
-  if cfg.batch_size % process_count:
-    raise ValueError(f"global batch {cfg.batch_size} is not divisible by the {process_count} processes")
   ds = make_dataset(source, cfg, tokenizer, t5_tokenizer, process_index, process_count, tagger)
   return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction)
 
