@@ -91,7 +91,12 @@ def kind_at(c, step: int) -> str:
 def make_source(c, workdir: str):
   if c.data.generate:  # :runlocal — the synthetic world, written once into the workdir
     from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
-    world = synthetic.write_world(os.path.join(workdir, "world"), c.data.generate, seed=c.seed)
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    root = os.path.join(workdir, "world")
+    if jax.process_index() == 0:  # one writer; the other processes wait, then read the same files
+      synthetic.write_world(root, c.data.generate, seed=c.seed)
+    multihost_utils.sync_global_devices("synthetic world written")
+    world = synthetic.write_world(root, c.data.generate, seed=c.seed)
     if c.data.source == "csv":
       return CsvSource(world["csv"], world["images"]), world
     return CocoSource(world["coco_json"], world["images"], ("train",), read_paraphrases(world["paraphrases"])), world
