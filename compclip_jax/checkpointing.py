@@ -35,6 +35,9 @@ class Checkpointer:
     with open(tmp, "w") as f:
       json.dump(data_states, f)
     os.replace(tmp, self._data_path(step))
+    if step in self.manager.all_steps():  # a step that failed to restore earlier is replaced, not kept
+      logging.warning("replacing the unrestorable checkpoint step %d in %s", step, self.directory)
+      self.manager.delete(step)
     self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
     self.manager.wait_until_finished()
     kept = set(self.manager.all_steps())

@@ -153,3 +153,42 @@ def test_two_processes_match_one(tmp_path):
   # different data would move them far more.
   for k in a:
     np.testing.assert_allclose(a[k], b[k], rtol=0, atol=3 * 1e-4 + 1e-6, err_msg=k)
+
+
+def test_config_errors_are_reported_before_compiling(tmp_path):
+  c = _cfg("read", **{"model.random": "", "model.init": str(tmp_path / "nope"), "batch_size": 7,
+                      "data.generate": 0, "data.path": str(tmp_path / "rows.csv"), "model.frozen_dtype": "fp8"})
+  with pytest.raises(train.ConfigError) as e:
+    train.run(c, str(tmp_path))
+  msg = str(e.value)
+  for needle in ("model.init", "READ needs t5.init", "data.path", "data.image_root", "frozen_dtype",
+                 "batch_size 7 is not divisible by the 8 devices"):
+    assert needle in msg, needle
+  assert not (tmp_path / "checkpoints").exists()
+  out = subprocess.run([sys.executable, "-m", "compclip_jax.main", "--config=configs/clic.py:runlocal",
+                        f"--workdir={tmp_path}", "--config.model.no_such_key=1"], cwd=ROOT, capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": ROOT})
+  assert out.returncode != 0 and "no_such_key" in out.stderr
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  train.run(_cfg("clip", **{"total_steps": 2, "checkpoint.every_steps": 2}), str(tmp_path))
+  bad = _cfg("clip", **{"total_steps": 6, "checkpoint.every_steps": 2, "log_every": 1, "optim.lr": float("nan"),
+                        "optim.schedule": "constant"})
+  from compclip_jax.metrics import NonFiniteLoss
+  with pytest.raises(NonFiniteLoss, match="loss is nan at step 4"):
+    train.run(bad, str(tmp_path))
+  assert sorted(d for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()) == ["2"]
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
+  train.run(_cfg("clip"), str(tmp_path))  # checkpoints at 3 and 6
+  for root, _, files in os.walk(tmp_path / "checkpoints" / "6" / "default"):
+    for name in files:
+      with open(os.path.join(root, name), "wb") as f:
+        f.write(b"garbage")
+  caplog.set_level("WARNING")
+  train.run(_cfg("clip", **{"total_steps": 8, "log_every": 1}), str(tmp_path))
+  assert "checkpoint step 6" in caplog.text and "trying the previous one" in caplog.text
+  steps_logged = [m["step"] for m in _metrics(tmp_path) if "lr" in m]
+  assert steps_logged[-5:] == [4, 5, 6, 7, 8]  # resumed after step 3

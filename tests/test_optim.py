@@ -1,0 +1,103 @@
+"""Parameter rules, LR schedules and AdamW against torch.optim.AdamW (METHODS §1.4, §2.4)."""
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+from compclip_jax import optim
+from compclip_jax.models import clip_config
+from compclip_jax.models.clip import CLIP
+from compclip_jax.weights import params
+from configs import clic, read
+
+
+@pytest.fixture(scope="module")
+def clip_shapes():
+  return params.shapes(params.abstract(lambda: CLIP(clip_config.tiny(), rngs=nnx.Rngs(0))))
+
+
+def test_rules_must_cover_every_parameter_once():
+  with pytest.raises(optim.RuleError, match=r"(?s)matched by no rule \(1\).*c\.w.*matched by several rules \(1\).*a\.w"):
+    optim.assign(["a.w", "b.w", "c.w"], {"trainable": [r"a\..*", r"b\..*"], "frozen": [r"a\.w"]})
+
+
+def test_clic_rules(clip_shapes):
+  c = clic.get_config()
+  groups = optim.assign(clip_shapes, {"trainable": c.optim.trainable, "frozen": c.optim.frozen})
+  for path, group in groups.items():  # METHODS §1.4: everything that is not the vision tower trains
+    assert group == ("frozen" if path.startswith(("vision_model.", "visual_projection.")) else "trainable"), path
+  trainable = [p for p, g in groups.items() if g == "trainable"]
+  decay = optim.assign(trainable, {"decay": c.optim.decay, "no_decay": c.optim.no_decay})
+  for path in trainable:  # decay on ≥ 2-D weights only (embeddings and text projection included)
+    assert (decay[path] == "decay") == (len(clip_shapes[path]) >= 2), path
+  assert decay["text_model.embeddings.position_embedding.embedding"] == "decay"
+  assert decay["logit_scale"] == "no_decay"
+
+
+def test_read_rules(clip_shapes):
+  c = read.get_config()
+  paths = [f"clip.{p}" for p in clip_shapes] + ["proj.kernel", "decoder.shared.embedding",
+                                                 "decoder.decoder.block.0.layer.0.layer_norm.weight",
+                                                 "decoder.lm_head.kernel"]
+  groups = optim.assign(paths, {"trainable": c.optim.trainable, "frozen": c.optim.frozen})
+  assert {p for p, g in groups.items() if g == "frozen"} == {p for p in paths if p.startswith("decoder.")}
+  trainable = [p for p, g in groups.items() if g == "trainable"]
+  decay = optim.assign(trainable, {"decay": c.optim.decay, "no_decay": c.optim.no_decay})
+  for path in trainable:  # METHODS §2.4: everything but biases and LayerNorm weights decays
+    is_ln = "norm" in path or "layrnorm" in path
+    assert (decay[path] == "no_decay") == (path.endswith(".bias") or is_ln), path
+  assert decay["clip.logit_scale"] == decay["proj.kernel"] == decay["clip.vision_model.embeddings.class_embedding"] \
+      == "decay"
+
+
+def test_clic_schedule_values():
+  total, warm = 1250, 250
+  s = optim.clic_schedule(total)
+  assert math.isclose(float(s(0)), 1e-7, rel_tol=1e-6)
+  assert math.isclose(float(s(warm // 2)), 1e-7 + 0.5 * (1e-6 - 1e-7), rel_tol=1e-5)
+  assert math.isclose(float(s(warm)), 1e-6, rel_tol=1e-5)
+  mid = warm + (total - warm) // 2
+  assert math.isclose(float(s(mid)), 1e-8 + 0.5 * (1e-6 - 1e-8), rel_tol=1e-4)
+  assert math.isclose(float(s(total)), 1e-8, rel_tol=1e-4)
+
+
+def test_read_schedule_values():
+  total = 1620
+  s = optim.read_schedule(total)
+  assert float(s(0)) == 0.0 and math.isclose(float(s(25)), 0.5e-5, rel_tol=1e-5)
+  assert math.isclose(float(s(50)), 1e-5, rel_tol=1e-5)
+  for t in (300, 800, 1500):  # transformers' get_cosine_schedule_with_warmup
+    want = 1e-5 * 0.5 * (1 + math.cos(math.pi * (t - 50) / (total - 50)))
+    assert math.isclose(float(s(t)), want, rel_tol=1e-4, abs_tol=1e-12)
+  assert abs(float(s(total))) < 1e-12
+
+
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_adamw_matches_torch(clip):
+  """Our masked AdamW (decoupled decay on the 'decay' group only, optional global-norm clipping) against
+  torch.optim.AdamW (+ clip_grad_norm_) over a few steps with gradients of varying size."""
+  rng = np.random.default_rng(0)
+  w = {"kernel": rng.standard_normal((4, 3)).astype(np.float32), "bias": rng.standard_normal(3).astype(np.float32)}
+  grads = [{k: (rng.standard_normal(v.shape) * 10 ** (i - 2)).astype(np.float32) for k, v in w.items()}
+           for i in range(5)]
+  cfg = ml_collections.ConfigDict(dict(b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=clip))
+  tx = optim.make_optimizer(lambda _: 1e-2, {"kernel": True, "bias": False}, cfg)
+  p = jax.tree.map(jnp.asarray, w)
+  state = tx.init(p)
+  tk, tb = (torch.nn.Parameter(torch.tensor(w[k])) for k in ("kernel", "bias"))
+  topt = torch.optim.AdamW([{"params": [tk], "weight_decay": 0.1}, {"params": [tb], "weight_decay": 0.0}], lr=1e-2,
+                           betas=(0.9, 0.98), eps=1e-8)
+  for g in grads:
+    updates, state = tx.update(jax.tree.map(jnp.asarray, g), state, p)
+    p = jax.tree.map(lambda a, u: a + u, p, updates)
+    tk.grad, tb.grad = torch.tensor(g["kernel"]), torch.tensor(g["bias"])
+    if clip:
+      torch.nn.utils.clip_grad_norm_([tk, tb], clip)
+    topt.step()
+  np.testing.assert_allclose(np.asarray(p["kernel"]), tk.detach().numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(p["bias"]), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
