@@ -9,6 +9,10 @@
       Host pipeline on one core: CLIC text side with on-the-fly spaCy vs the cached POS analysis, and full CLIC
       samples (two images + captions + negative + tokenisation) from prepared shards. Generates its own JPEGs
       (300–640 px) and captions.
+  python -m compclip_jax.bench train --config=configs/clic.py:runlocal [--config.key=value …] [--runs=7]
+      Per step kind: median step time after compilation, steps/s, samples/s, XLA's FLOPs per step, the MFU implied
+      by --peak_tflops (per device), and compiled peak memory per device. E.g. the ViT-B/32 CLIC step at B=8:
+      --config.model.random=ViT-B-32-quickgelu --config.data.image_size=224 --config.model.frozen_dtype=float32
 """
 from __future__ import annotations
 
@@ -18,11 +22,14 @@ import time
 
 import numpy as np
 from absl import app, flags
+from ml_collections import config_flags
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP directory (default: a random-init ViT-B/32).")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size for `encode`.")
 _RECORDS = flags.DEFINE_integer("records", 400, "Records generated for `pipeline`.")
+_PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device for the MFU of `train` (0: not shown).")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config for `train`.", lock_config=True)
 
 
 def _random_b32_dir() -> str:
@@ -165,9 +172,46 @@ def bench_pipeline(records: int, runs: int) -> None:
   print(f"  full CLIC sample, prepared shards: {full:8.1f} samples/s  (2 images + 5 captions + negative + tokens)")
 
 
+def bench_train(config, runs: int, peak_tflops: float) -> None:
+  import jax  # pylint: disable=import-outside-toplevel
+  from compclip_jax import train  # pylint: disable=import-outside-toplevel
+  workdir = tempfile.mkdtemp(prefix="compclip_bench_train_")
+  t = train.setup(config, workdir)
+  n_dev = jax.device_count()
+  print(f"train step benchmark: method {config.method}, global batch {config.batch_size}, {n_dev} device(s) "
+        f"({jax.devices()[0].platform}), median of {runs} timed steps after compilation")
+  for kind in t.kinds:
+    batches = [t.global_batch(kind) for _ in range(runs + 1)]
+    compiled, flops, peak = train.compile_step(t, kind, batches[0])
+    state = t.state
+    state, m = compiled(state, t.frozen, batches[0])  # warm-up
+    jax.block_until_ready(m)
+    times = []
+    for b in batches[1:]:
+      t0 = time.perf_counter()
+      state, m = compiled(state, t.frozen, b)
+      jax.block_until_ready(m)
+      times.append(time.perf_counter() - t0)
+    t.state = state
+    med = statistics.median(times)
+    line = (f"  {kind:10s} {med:8.3f} s/step  {1 / med:7.2f} steps/s  {config.batch_size / med:8.2f} samples/s")
+    if flops:
+      line += f"  {flops / 1e9:9.1f} GFLOP/step"
+      if peak_tflops:
+        line += f"  MFU {100 * flops / med / (peak_tflops * 1e12 * n_dev):5.1f}%"
+    if peak:
+      line += f"  peak {peak / 2**30:6.2f} GiB/device"
+    print(line, flush=True)
+
+
 def main(argv):
-  if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline"):
-    raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline [flags]")
+  if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline", "train"):
+    raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train [flags]")
+  if argv[1] == "train":
+    if _CONFIG.value is None:
+      raise app.UsageError("bench train needs --config=configs/<method>.py[:arg]")
+    bench_train(_CONFIG.value, _RUNS.value, _PEAK.value)
+    return
   if argv[1] == "pipeline":
     bench_pipeline(_RECORDS.value, _RUNS.value)
     return

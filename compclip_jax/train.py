@@ -156,8 +156,9 @@ def build_model(c, world) -> Model:
   else:  # :runlocal — a tiny random decoder with a SentencePiece model trained on the world's captions
     from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
     t5_tok = T5Tokenizer(synthetic.write_t5_tokenizer(os.path.dirname(world["csv"]), world["coco_json"]))
-    t5_cfg = T5Config(vocab_size=int(t5_tok.sp.get_piece_size()), d_model=c.t5.random_d_model, d_kv=16,
-                      d_ff=2 * c.t5.random_d_model, num_decoder_layers=c.t5.random_layers, num_heads=4)
+    d = c.t5.random_d_model  # v1.1 proportions: 64-wide heads, d_ff = 2.75 d_model (2816 at large's 1024)
+    t5_cfg = T5Config(vocab_size=max(int(t5_tok.sp.get_piece_size()), c.t5.random_vocab), d_model=d, d_kv=64,
+                      d_ff=int(2.75 * d), num_decoder_layers=c.t5.random_layers, num_heads=max(1, d // 64))
     t5_flat = params.flat_params(T5Decoder(t5_cfg, t5_dt, rngs=nnx.Rngs(c.seed + 1)))
   w = nnx.initializers.lecun_normal()(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
   flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
@@ -167,8 +168,33 @@ def build_model(c, world) -> Model:
 
 
 # ---------------------------------------------------------------------------------------------------------- run
-def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `c` in `workdir` (resuming if it holds checkpoints); returns the last logged metrics."""
+@dataclasses.dataclass
+class Trainer:
+  """Everything `setup` builds: data pipelines, the sharded state and the jitted step of each kind."""
+  config: ml_collections.ConfigDict
+  model: Model
+  kinds: list[str]
+  pipes: dict
+  total: int
+  state: steps.TrainState
+  frozen: object
+  state_sh: object
+  batch_sh: object
+  step_fns: dict  # kind → jax.jit(step), compiled on first use
+
+  def global_batch(self, kind: str) -> dict:
+    local = next(self.pipes[kind])
+    if self.config.data.trim_tokens:
+      length = pl.text_length(local, self.model.tokenizer.eot_id)
+      if jax.process_count() > 1:  # every host must cut at the same width
+        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+        length = int(np.max(multihost_utils.process_allgather(np.int32(length))))
+      local = pl.trim_tokens(local, length)
+    return pl.to_global(local, self.batch_sh)
+
+
+def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
+  """Config check, mesh, data, model + weights, parameter rules, optimiser, sharded state, jitted steps."""
   validate(c)
   os.makedirs(workdir, exist_ok=True)
 
@@ -221,14 +247,34 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
   frozen_sh = jax.tree.map(lambda x: x.sharding, frozen)
   batch_sh = sharding.batch_sharding(mesh)
 
-  # --- jitted steps (compiled on first use)
+  # --- jitted steps
   step_fns = {k: jax.jit(steps.make_step(k, graphdef, tx, schedule, norms, c.loss),
                          in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
                          donate_argnums=(0,)) for k in kinds}
+  return Trainer(c, model, kinds, pipes, total, state, frozen, state_sh, batch_sh, step_fns)
+
+
+def compile_step(t: Trainer, kind: str, batch: dict):
+  """(compiled step, XLA's FLOPs per step or None, peak bytes per device or None) for `kind` on `batch`."""
+  compiled = t.step_fns[kind].lower(t.state, t.frozen, batch).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  mem = compiled.memory_analysis()
+  peak = None
+  if mem is not None:
+    peak = getattr(mem, "peak_memory_in_bytes", None) or (
+        mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes)
+  return compiled, (cost or {}).get("flops"), peak
+
+
+def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `c` in `workdir` (resuming if it holds checkpoints); returns the last logged metrics."""
+  t = setup(c, workdir)
+  state, pipes = t.state, t.pipes
 
   # --- restore
   ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep)
-  abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_sh)
+  abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, t.state_sh)
   restored = ckpt.restore_latest(abstract_state)
   start = 0
   if restored:
@@ -238,20 +284,25 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     logging.info("resumed from step %d in %s", start, workdir)
 
   # --- loop
-  writer = MetricWriter(workdir, total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None)
+  writer = MetricWriter(workdir, t.total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None)
+  compiled, flops = {}, {}
   stop = {"sigterm": False}
   previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
   last, recent = {}, {}
   try:
-    for step in range(start, total):
+    for step in range(start, t.total):
       kind = kind_at(c, step)
-      batch = pl.to_global(next(pipes[kind]), batch_sh)
-      state, metrics = step_fns[kind](state, frozen, batch)
+      batch = t.global_batch(kind)
+      if kind not in compiled:
+        t.state = state
+        compiled[kind], flops[kind], _ = compile_step(t, kind, batch)
+        writer.flops = (sum(f for f in flops.values() if f) / len(flops)) if all(flops.values()) else None
+      state, metrics = compiled[kind](state, t.frozen, batch)
       recent[kind] = metrics
       done = step + 1
-      if done % c.log_every == 0 or done == total:
+      if done % c.log_every == 0 or done == t.total:
         last = writer.write(done, _log_dict(recent, kind, pipes))
-      if done % c.checkpoint.every_steps == 0 or done == total or stop["sigterm"]:
+      if done % c.checkpoint.every_steps == 0 or done == t.total or stop["sigterm"]:
         writer.check_finite(done, metrics["loss"])  # never checkpoint a diverged state
         ckpt.save(done, state, {k: p.state() for k, p in pipes.items()})
       if stop["sigterm"]:
@@ -264,7 +315,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
 
   # --- export (frozen parameters from the initial checkpoint, trained ones from the state)
   if not stop["sigterm"] and jax.process_index() == 0:
-    export(c, workdir, model, jax.device_get(state.trainable))
+    export(c, workdir, t.model, jax.device_get(state.trainable))
   return last
 
 

@@ -15,9 +15,10 @@ def base() -> ml_collections.ConfigDict:
   c.seed = 0
   c.model = dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16",
                  compute_dtype="float32", remat_text=False)
-  c.t5 = dict(init="", random_layers=2, random_d_model=64)
+  # t5.random_*: the random decoder of :runlocal (v1.1-large is d_model 1024, vocab 32128, 24 layers)
+  c.t5 = dict(init="", random_layers=2, random_d_model=64, random_vocab=0)
   c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=["train", "restval"], num_workers=0,
-                max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True,
+                max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True, trim_tokens=True,
                 clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False)
   c.batch_size = 800
   c.num_epochs = 1.0

@@ -67,3 +67,22 @@ def test_vit_b32_parity(tmp_path):
   np.testing.assert_allclose(img, ref_img, atol=EMB_TOL, rtol=0)
   np.testing.assert_allclose(np.asarray(model(ids, px)[0]), fx.hf_logits(hf, ids, px), atol=LOGIT_TOL, rtol=0)
   print(f"ViT-B/32 max |Δ|: text {np.abs(txt - ref_txt).max():.2e}, image {np.abs(img - ref_img).max():.2e}")
+
+
+@pytest.mark.parametrize("case", ["quickgelu-argmax", "gelu-first-eos"])
+def test_trimming_padding_changes_nothing(tmp_path, case):
+  """The pipeline's token trimming (data.trim_tokens) is exact: text embeddings of trimmed ids equal the full ones."""
+  from compclip_jax.data import pipeline as pl
+  act, eos_cfg, eot, pad, vocab = CASES[case]
+  hf = fx.random_hf_clip(fx.hf_clip_config(act, eos_cfg, vocab))
+  hf.save_pretrained(tmp_path)
+  model, _, _ = load_clip(str(tmp_path))
+  ids = fx.varied_ids(6, 77, vocab, eot, pad, seed=2)
+  ids[0, 20:] = pad  # make the longest caption 20 tokens
+  ids[0, 19] = eot
+  length = pl.text_length({"ids": ids}, eot)
+  assert length == int(max(np.argmax(ids == eot, 1))) + 1
+  cut = pl.trim_tokens({"ids": ids, "image": np.zeros(1)}, length)["ids"]
+  assert cut.shape[1] == -(-length // 16) * 16 < 77
+  np.testing.assert_allclose(np.asarray(model.encode_text(cut)), np.asarray(model.encode_text(ids)), atol=1e-5,
+                             rtol=0)

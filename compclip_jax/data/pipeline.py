@@ -206,6 +206,23 @@ def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_token
   return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction)
 
 
+TOKEN_KEYS = ("ids", "para_ids")
+
+
+def text_length(batch: dict[str, np.ndarray], eot_id: int) -> int:
+  """Longest caption of a local batch in tokens, EOT included (pad may be 0 or EOT itself)."""
+  return max(int((np.argmax(batch[k] == eot_id, axis=-1)).max()) + 1 for k in TOKEN_KEYS if k in batch)
+
+
+def trim_tokens(batch: dict[str, np.ndarray], length: int, bucket: int = 16) -> dict[str, np.ndarray]:
+  """Cuts token arrays to `length` rounded up to a multiple of `bucket` (≤ their width), so the text tower does not
+  run on padding. Exact: with causal attention the EOT token never sees what comes after it, and positions are
+  absolute. A handful of bucket widths keeps recompilation bounded."""
+  width = next(batch[k].shape[-1] for k in TOKEN_KEYS if k in batch)
+  cut = min(width, -(-length // bucket) * bucket)
+  return {k: (v[..., :cut] if k in TOKEN_KEYS else v) for k, v in batch.items()}
+
+
 def to_global(batch: dict[str, np.ndarray], sharding) -> dict:
   """Local numpy batch → global jax.Arrays sharded on the batch axis (`jax.make_array_from_process_local_data`)."""
   import jax  # pylint: disable=import-outside-toplevel
