@@ -108,8 +108,8 @@ def make_source(c, workdir: str):
   return PreparedSource(c.data.path), None
 
 
-def sample_options(c) -> samples.SampleOptions:
-  return samples.SampleOptions(image_size=c.data.image_size, clic_concat=c.data.clic_concat,
+def sample_options(c, image_size: int) -> samples.SampleOptions:
+  return samples.SampleOptions(image_size=image_size, clic_concat=c.data.clic_concat,
                                clic_imagenet_normalization=c.data.clic_imagenet_normalization,
                                read_target_may_equal_positive=c.data.read_target_may_equal_positive,
                                negclip_random_caption=c.data.negclip_random_caption)
@@ -208,7 +208,7 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
     raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
                       f"{c.batch_size // jax.process_count()}")
   model = build_model(c, world)
-  opts = sample_options(c)
+  opts = sample_options(c, model.clip_cfg.vision.image_size)  # the model's input size, whatever data.image_size says
   kinds = step_kinds(c)
   pipes = {k: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed + i,
                                                         num_workers=c.data.num_workers,

@@ -17,6 +17,7 @@ def base() -> ml_collections.ConfigDict:
                  compute_dtype="float32", remat_text=False)
   # t5.random_*: the random decoder of :runlocal (v1.1-large is d_model 1024, vocab 32128, 24 layers)
   c.t5 = dict(init="", random_layers=2, random_d_model=64, random_vocab=0)
+  # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
   c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=["train", "restval"], num_workers=0,
                 max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True, trim_tokens=True,
                 clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False)
