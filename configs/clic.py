@@ -15,8 +15,4 @@ def get_config(arg: str = ""):
   c.optim.schedule, c.optim.lr, c.optim.start_lr, c.optim.end_lr, c.optim.warmup_frac = "clic", 1e-6, 1e-7, 1e-8, 0.2
   c.optim.b1, c.optim.b2, c.optim.eps, c.optim.weight_decay, c.optim.grad_clip = 0.9, 0.98, 1e-8, 0.1, 0.0
   c.optim.trainable, c.optim.frozen = common.CLIP_TEXT, common.CLIP_VISION
-  if arg == "runlocal":
-    common.runlocal(c)
-  elif arg:
-    raise ValueError(f"configs/clic.py: unknown argument {arg!r} (use '' or 'runlocal')")
-  return c
+  return common.with_arg(c, arg, "clic")

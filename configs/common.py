@@ -38,6 +38,18 @@ def base() -> ml_collections.ConfigDict:
   return c
 
 
+ARGS = ("", "runlocal")
+
+
+def with_arg(c: ml_collections.ConfigDict, arg: str, name: str) -> ml_collections.ConfigDict:
+  """Applies the `:arg` of `--config=configs/<name>.py:arg`."""
+  if arg == "runlocal":
+    return runlocal(c)
+  if arg:
+    raise ValueError(f"configs/{name}.py: unknown argument {arg!r} (use one of {ARGS})")
+  return c
+
+
 def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collections.ConfigDict:
   """A tiny random model on generated data (the synthetic world in the workdir): a minute on a laptop CPU."""
   c.model.random = "tiny"

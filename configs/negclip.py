@@ -8,9 +8,4 @@ def get_config(arg: str = ""):
   c.method = "negclip"
   c.data.source = "coco"
   c.clip_every = 0
-  if arg == "runlocal":
-    common.runlocal(c)
-    c.data.source = "coco"
-  elif arg:
-    raise ValueError(f"configs/negclip.py: unknown argument {arg!r} (use '' or 'runlocal')")
-  return c
+  return common.with_arg(c, arg, "negclip")

@@ -23,9 +23,4 @@ def get_config(arg: str = ""):
   c.optim.decay = [r".*\.(kernel|embedding)", r"clip\.logit_scale", r".*class_embedding"]
   c.optim.no_decay = [r".*\.(bias|scale)"]
   c.model.remat_text = False
-  if arg == "runlocal":
-    common.runlocal(c)
-    c.data.source = "coco"
-  elif arg:
-    raise ValueError(f"configs/read.py: unknown argument {arg!r} (use '' or 'runlocal')")
-  return c
+  return common.with_arg(c, arg, "read")

@@ -1,0 +1,94 @@
+"""Evaluate a CLIP checkpoint on the compositional benchmarks, retrieval and zero-shot classification.
+
+  python -m compclip_jax.evaluate --model=PATH --benchmark=sugarcrepe,sugarcrepe_pp --data_dir=DIR --image_dir=DIR \
+      --output=results.json [--tie=strict|lenient]
+
+`--data_dir` holds one folder per benchmark (`sugarcrepe/*.json`, `valse/*.json`, `aro/…`, `retrieval/…`);
+images are looked up as `<image_dir>/<benchmark>/<file>` then `<image_dir>/<file>`. `--benchmark=all` runs every
+benchmark whose files exist and says which were skipped and why. The JSON holds one record per benchmark in
+clip_benchmark's shape (`dataset, model, pretrained, task, metrics, language`); a Markdown table is written beside
+it (`.md`) and printed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from absl import app, flags
+
+from compclip_jax.evaluators import registry, scorers
+from compclip_jax.evaluators.encoding import Encoder
+
+_MODEL = flags.DEFINE_string("model", None, "Checkpoint load_clip reads (HF dir, open_clip file, compclip dir).")
+_BENCH = flags.DEFINE_list("benchmark", ["all"], f"Comma list of {sorted(registry.BENCHMARKS)}, "
+                           f"{registry.ZEROSHOT_PREFIX}<dataset>, or all.")
+_DATA = flags.DEFINE_string("data_dir", None, "Folder of benchmark annotation folders.")
+_IMAGES = flags.DEFINE_string("image_dir", None, "Folder of images.")
+_OUTPUT = flags.DEFINE_string("output", None, "Results JSON (a .md table is written beside it).")
+_TIE = flags.DEFINE_enum("tie", "strict", list(scorers.TIES), "A tie counts as wrong (strict) or right (lenient).")
+_BATCH = flags.DEFINE_integer("batch_size", 256, "Encoding batch size.")
+_MODEL_NAME = flags.DEFINE_string("model_name", None, "open_clip model name for state dicts (e.g. ViT-B-32-quickgelu).")
+_ACT = flags.DEFINE_enum("activation", None, ["quick_gelu", "gelu"], "Activation of an open_clip state dict.")
+_CACHE = flags.DEFINE_string("cache_dir", None, "Where generated ARO order negatives are kept (default: beside "
+                             "the annotations, else ~/.cache/compclip_jax).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated ARO order negatives.")
+
+
+def run_benchmarks(encoder: Encoder, names: list[str], data_dir: str, image_dir: str, tie: str = "strict",
+                   cache_dir: str | None = None, seed: int = 0) -> dict[str, dict]:
+  """{benchmark: metrics} with the encoder's current weights; unknown names raise, missing files name themselves."""
+  out = {}
+  for name in names:
+    t0 = time.perf_counter()
+    task = registry.load(name, data_dir, image_dir, cache_dir, seed)
+    img = encoder.images(task.images.items, desc=f"{name} images")
+    txt = encoder.texts(task.texts.items, desc=f"{name} texts")
+    out[name] = {"task": task.task, "dataset": task.name,
+                 "metrics": task.score(img, txt, tie) | {"seconds": round(time.perf_counter() - t0, 1)}}
+  return out
+
+
+def clip_benchmark_records(results: dict[str, dict], model: str, tie: str) -> list[dict]:
+  return [{"dataset": r["dataset"], "model": model, "pretrained": model, "task": r["task"],
+           "metrics": r["metrics"] | {"tie_rule": tie}, "language": "en"} for r in results.values()]
+
+
+def markdown(results: dict[str, dict]) -> str:
+  lines = ["| benchmark | metric | value |", "|---|---|---|"]
+  for name, r in results.items():
+    for k, v in r["metrics"].items():
+      if isinstance(v, float) and not k.endswith("seconds"):
+        lines.append(f"| {name} | {k} | {100 * v:.2f} |" if v <= 1.0 else f"| {name} | {k} | {v:.2f} |")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
+    if not flag.value:
+      raise app.UsageError(f"--{flag.name} is required")
+  logging.getLogger().setLevel(logging.INFO)
+  names, skipped = registry.resolve(_BENCH.value, _DATA.value, _IMAGES.value)
+  for n, why in skipped.items():
+    print(f"skipped {n}: {why}")
+  from compclip_jax.loading import load_clip  # pylint: disable=import-outside-toplevel
+  model, tokenizer, preprocess = load_clip(_MODEL.value, model_name=_MODEL_NAME.value, activation=_ACT.value)
+  if tokenizer is None:
+    raise app.UsageError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary")
+  results = run_benchmarks(Encoder(model, tokenizer, preprocess, _BATCH.value), names, _DATA.value, _IMAGES.value,
+                           _TIE.value, _CACHE.value, _SEED.value)
+  table = markdown(results)
+  print(table)
+  os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  with open(_OUTPUT.value, "w") as f:
+    json.dump(clip_benchmark_records(results, _MODEL.value, _TIE.value) +
+              [{"skipped": skipped}] * bool(skipped), f, indent=2)
+  with open(os.path.splitext(_OUTPUT.value)[0] + ".md", "w") as f:
+    f.write(table + "\n")
+  print(f"wrote {_OUTPUT.value} and {os.path.splitext(_OUTPUT.value)[0]}.md")
+
+
+if __name__ == "__main__":
+  app.run(main)

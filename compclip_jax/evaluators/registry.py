@@ -1,0 +1,60 @@
+"""The benchmark registry: name → loader and the file that tells whether its data is there (for --benchmark=all)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Callable
+
+from compclip_jax.evaluators import aro, cola, crepe, retrieval, sugarcrepe, valse, whatsup, winoground, zeroshot
+from compclip_jax.evaluators.tasks import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+  load: Callable[..., Task]  # (data_dir, image_dir, **options) → Task
+  needs: str  # path under data_dir that must exist
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "sugarcrepe": Benchmark(sugarcrepe.load_sugarcrepe, "sugarcrepe/swap_obj.json"),
+    "sugarcrepe_pp": Benchmark(sugarcrepe.load_sugarcrepe_pp, "sugarcrepe_pp/swap_obj.json"),
+    "winoground": Benchmark(winoground.load_winoground, "winoground/examples.jsonl"),
+    "vg_relation": Benchmark(aro.load_vg_relation, "aro/visual_genome_relation.json"),
+    "vg_attribution": Benchmark(aro.load_vg_attribution, "aro/visual_genome_attribution.json"),
+    "coco_order": Benchmark(functools.partial(aro.load_order, dataset="coco"), "aro/coco_karpathy_test.json"),
+    "flickr30k_order": Benchmark(functools.partial(aro.load_order, dataset="flickr30k"), "aro/flickr30k_test.json"),
+    "valse": Benchmark(valse.load_valse, "valse"),
+    "cola": Benchmark(cola.load_cola, f"cola/{cola.FILE}"),
+    "whatsup": Benchmark(whatsup.load_whatsup, "whatsup"),
+    "crepe": Benchmark(crepe.load_crepe, "crepe"),
+    "coco_retrieval": Benchmark(functools.partial(retrieval.load_retrieval, dataset="coco"),
+                                "retrieval/coco_test.json"),
+    "flickr30k_retrieval": Benchmark(functools.partial(retrieval.load_retrieval, dataset="flickr30k"),
+                                     "retrieval/flickr30k_test.json"),
+}
+ZEROSHOT_PREFIX = "zeroshot:"  # zeroshot:<dataset> reads <image_dir>/<dataset>/<class>/…
+ORDER_SETS = ("coco_order", "flickr30k_order")
+
+
+def resolve(names: list[str], data_dir: str, image_dir: str) -> tuple[list[str], dict[str, str]]:
+  """(benchmarks to run, {skipped: why}); 'all' expands to every benchmark whose files exist."""
+  if names == ["all"]:
+    run, skipped = [], {}
+    for n, b in BENCHMARKS.items():
+      if os.path.exists(os.path.join(data_dir, b.needs)):
+        run.append(n)
+      else:
+        skipped[n] = f"{os.path.join(data_dir, b.needs)} not found"
+    return run, skipped
+  unknown = [n for n in names if n not in BENCHMARKS and not n.startswith(ZEROSHOT_PREFIX)]
+  if unknown:
+    raise ValueError(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}, {ZEROSHOT_PREFIX}<dataset>, all")
+  return names, {}
+
+
+def load(name: str, data_dir: str, image_dir: str, cache_dir: str | None = None, seed: int = 0) -> Task:
+  if name.startswith(ZEROSHOT_PREFIX):
+    return zeroshot.load_zeroshot(data_dir, image_dir, name[len(ZEROSHOT_PREFIX):])
+  kw = {"cache_dir": cache_dir, "seed": seed} if name in ORDER_SETS else {}
+  return BENCHMARKS[name].load(data_dir, image_dir, **kw)

@@ -1,0 +1,81 @@
+"""What a benchmark hands to the encoder: its distinct images and texts, and how to score their embeddings.
+
+Loaders build a `Task` with an `Index` of distinct images (path + optional crop box) and one of distinct texts, so each
+is encoded once however often the benchmark reuses it. `score(img, txt, tie)` receives the L2-normalised fp32
+embeddings in index order and returns the metrics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Callable, Hashable
+
+import numpy as np
+
+
+class Index:
+  """Distinct items in insertion order: `add(x)` → its row."""
+
+  def __init__(self):
+    self.items: list = []
+    self._rows: dict[Hashable, int] = {}
+
+  def add(self, item) -> int:
+    if item not in self._rows:
+      self._rows[item] = len(self.items)
+      self.items.append(item)
+    return self._rows[item]
+
+  def __len__(self) -> int:
+    return len(self.items)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRef:
+  path: str
+  box: tuple[float, float, float, float] | None = None  # (x, y, w, h) crop, VG-style
+
+
+@dataclasses.dataclass
+class Task:
+  name: str  # clip_benchmark's `dataset`
+  images: Index
+  texts: Index
+  score: Callable[[np.ndarray, np.ndarray, str], dict]
+  task: str = "compositionality"  # clip_benchmark's `task`
+
+
+def image_path(image_dir: str, benchmark: str, name: str) -> str:
+  """`image_dir/<benchmark>/<name>` if it exists, else `image_dir/<name>` (one flat COCO folder serves several)."""
+  nested = os.path.join(image_dir, benchmark, name)
+  return nested if os.path.exists(nested) else os.path.join(image_dir, name)
+
+
+def read_json(path: str):
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"benchmark file {path} not found")
+  with open(path, encoding="utf-8") as f:
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_jsonl(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"benchmark file {path} not found")
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for n, line in enumerate(f, start=1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+  return rows
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """Row-wise dot products of normalised embeddings."""
+  return np.sum(a * b, axis=-1)
