@@ -34,13 +34,18 @@ class MetricWriter:
       except ImportError:
         logging.warning("tensorboardX not installed: no TensorBoard events (metrics.jsonl is still written)")
 
-  def write(self, step: int, metrics: dict, console: bool = True) -> dict:
-    """Host values of `metrics` at `step` (raises NonFiniteLoss on a NaN/Inf loss); returns what was written."""
+  def write(self, step: int, metrics: dict, console: bool = True, rate: bool = True) -> dict:
+    """Host values of `metrics` at `step` (raises NonFiniteLoss on a NaN/Inf loss); returns what was written.
+
+    `rate=False` for writes that are not training progress (evaluations): they do not move the throughput clock.
+    """
     values = {k: float(np.asarray(v)) if np.ndim(v) == 0 else np.asarray(v).tolist() for k, v in metrics.items()}
     if "loss" in values:
       self.check_finite(step, values["loss"])
     now = time.perf_counter()
-    if self._s0 is None:
+    if not rate:
+      pass
+    elif self._s0 is None:
       self._s0, self._t0 = step, now
     elif step > self._s0:
       rate = (step - self._s0) / (now - self._t0)

@@ -101,3 +101,66 @@ def write_t5_tokenizer(root: str, coco_json: str, vocab_size: int = 200) -> str:
                                    vocab_size=vocab_size, hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2,
                                    bos_id=-1, minloglevel=2)
   return out
+
+
+OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
+
+
+def _other(options, exclude, rng):
+  return str(rng.choice([o for o in options if o not in exclude]))
+
+
+def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
+  """One SugarCrepe-style (caption, negative) per subset for a scene, plus SugarCrepe++'s second positive."""
+  (z1, c1, s1), (z2, c2, s2) = sc["objects"]
+  r = sc["relation"]
+  cap = f"a {c1} {s1} {r} a {c2} {s2}"
+  para = f"there is a {c1} {s1} {r} a {c2} {s2}"
+  c3 = _other(COLORS, {c1, c2}, rng)
+  s3 = _other(SHAPES, {s1, s2}, rng) if len({s1, s2}) < len(SHAPES) else None
+  rows = {"replace_att": f"a {c3} {s1} {r} a {c2} {s2}", "replace_rel": f"a {c1} {s1} {OPPOSITE[r]} a {c2} {s2}",
+          "swap_att": f"a {c2} {s1} {r} a {c1} {s2}",
+          "add_att": f"a {_other(SIZES, {z1}, rng)} {c1} {s1} {r} a {c2} {s2}",
+          "add_obj": f"a {c1} {s1} and a {c3} {s3 or s1} {r} a {c2} {s2}"}
+  if s3:
+    rows["replace_obj"] = f"a {c1} {s3} {r} a {c2} {s2}"
+  if s1 != s2:
+    rows["swap_obj"] = f"a {c1} {s2} {r} a {c2} {s1}"
+  return {k: {"caption": cap, "caption2": para, "negative_caption": v} for k, v in rows.items()}
+
+
+def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
+  """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes in the real formats, under
+  `root/data` (annotations) and `root/images`. Reruns reuse what is there."""
+  data, images = os.path.join(root, "data"), os.path.join(root, "images")
+  done = os.path.join(root, "complete")
+  if os.path.exists(done):
+    return {"data_dir": data, "image_dir": images}
+  for d in ("sugarcrepe", "sugarcrepe_pp", "retrieval"):
+    os.makedirs(os.path.join(data, d), exist_ok=True)
+  os.makedirs(images, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  sc: dict[str, dict] = {}
+  scpp: dict[str, list] = {}
+  karpathy = []
+  for i in range(n):
+    scene_ = scene(rng)
+    name = f"bench_{i:05d}.png"
+    render(scene_, rng).save(os.path.join(images, name))
+    for subset, row in benchmark_rows(scene_, rng).items():
+      sc.setdefault(subset, {})[str(i)] = {"filename": name, "caption": row["caption"],
+                                          "negative_caption": row["negative_caption"]}
+      if not subset.startswith("add"):
+        scpp.setdefault(subset, []).append({"id": i, "filename": name, **row})
+    karpathy.append({"filepath": "", "filename": name, "split": "test", "cocoid": i,
+                     "sentences": [{"raw": c} for c in captions(scene_)["coco"]]})
+  for subset, rows in sc.items():
+    with open(os.path.join(data, "sugarcrepe", f"{subset}.json"), "w") as f:
+      json.dump(rows, f)
+  for subset, rows in scpp.items():
+    with open(os.path.join(data, "sugarcrepe_pp", f"{subset}.json"), "w") as f:
+      json.dump(rows, f)
+  with open(os.path.join(data, "retrieval", "coco_test.json"), "w") as f:
+    json.dump({"images": karpathy}, f)
+  open(done, "w").close()
+  return {"data_dir": data, "image_dir": images}

@@ -181,6 +181,8 @@ class Trainer:
   state_sh: object
   batch_sh: object
   step_fns: dict  # kind → jax.jit(step), compiled on first use
+  graphdef: object
+  mesh: object
 
   def global_batch(self, kind: str) -> dict:
     local = next(self.pipes[kind])
@@ -251,7 +253,7 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   step_fns = {k: jax.jit(steps.make_step(k, graphdef, tx, schedule, norms, c.loss),
                          in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
                          donate_argnums=(0,)) for k in kinds}
-  return Trainer(c, model, kinds, pipes, total, state, frozen, state_sh, batch_sh, step_fns)
+  return Trainer(c, model, kinds, pipes, total, state, frozen, state_sh, batch_sh, step_fns, graphdef, mesh)
 
 
 def compile_step(t: Trainer, kind: str, batch: dict):
@@ -285,6 +287,9 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
 
   # --- loop
   writer = MetricWriter(workdir, t.total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None)
+  evaluate_at = make_evaluator(c, t, workdir, writer)
+  if start == 0:
+    evaluate_at(0, state)  # the starting point, for before/after comparisons
   compiled, flops = {}, {}
   stop = {"sigterm": False}
   previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
@@ -302,6 +307,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
       done = step + 1
       if done % c.log_every == 0 or done == t.total:
         last = writer.write(done, _log_dict(recent, kind, pipes))
+      if done == t.total or (c.evals.every_steps and done % c.evals.every_steps == 0):
+        evaluate_at(done, state)
       if done % c.checkpoint.every_steps == 0 or done == t.total or stop["sigterm"]:
         writer.check_finite(done, metrics["loss"])  # never checkpoint a diverged state
         ckpt.save(done, state, {k: p.state() for k, p in pipes.items()})
@@ -317,6 +324,52 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
   if not stop["sigterm"] and jax.process_index() == 0:
     export(c, workdir, t.model, jax.device_get(state.trainable))
   return last
+
+
+EVAL_SUMMARY = ("mean", "add", "replace", "swap", "mean/itt", "swap/itt", "mean/tot", "image_retrieval_recall@1",
+                "text_retrieval_recall@1", "acc1", "accuracy", "group", "macro_accuracy", "precision@1")
+
+
+def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
+  """evaluate_at(step, state): the configured benchmarks on the current weights, logged as eval/<bench>/<metric>."""
+  if not c.evals.benchmarks:
+    return lambda step, state: None
+  from compclip_jax.data.images import Preprocess  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluate import run_benchmarks  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
+  data_dir, image_dir = c.evals.data_dir, c.evals.image_dir
+  if c.evals.generate:  # :runlocal — held-out scenes of the synthetic world in the real benchmark formats
+    from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    root = os.path.join(workdir, "world", "benchmarks")
+    if jax.process_index() == 0:
+      synthetic.write_benchmarks(root, c.evals.generate, seed=c.seed + 1000)
+    multihost_utils.sync_global_devices("synthetic benchmarks written")
+    data_dir, image_dir = synthetic.write_benchmarks(root, c.evals.generate).values()
+  cfg = t.model.clip_cfg
+  pre = Preprocess(cfg.vision.image_size, tuple(t.model.preprocess_mean), tuple(t.model.preprocess_std))
+  clip_of = lambda state: _clip(nnx.merge(t.graphdef, state.trainable, t.frozen))
+  encoder = None
+
+  def evaluate_at(step: int, state) -> None:
+    nonlocal encoder
+    clip = clip_of(state)
+    if encoder is None:
+      encoder = Encoder(clip, t.model.tokenizer, pre, c.evals.batch_size, t.mesh, progress=False)
+    encoder.set_params(clip)
+    results = run_benchmarks(encoder, list(c.evals.benchmarks), data_dir, image_dir, c.evals.tie)
+    flat = {f"eval/{b}/{k}": v for b, r in results.items() for k, v in r["metrics"].items()
+            if isinstance(v, (int, float))}
+    writer.write(step, flat, console=False, rate=False)
+    if jax.process_index() == 0:
+      summary = [f"{b} {k} {100 * r['metrics'][k]:.1f}" for b, r in results.items() for k in EVAL_SUMMARY
+                 if k in r["metrics"]]
+      print(f"eval step {step} | " + " | ".join(summary), flush=True)
+  return evaluate_at
+
+
+def _clip(model):
+  return model.clip if isinstance(model, READModel) else model
 
 
 def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:

@@ -35,6 +35,9 @@ def base() -> ml_collections.ConfigDict:
   c.log_every = 10
   c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
   c.export = dict(hf=True, open_clip=False)
+  # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
+  # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate.
+  c.evals = dict(benchmarks=[], every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
   return c
 
 
@@ -63,4 +66,6 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collectio
   c.optim.lr = 1e-4
   c.optim.start_lr, c.optim.end_lr = 1e-5, 1e-6
   c.optim.warmup_steps = 2
+  c.evals.benchmarks = ["sugarcrepe", "sugarcrepe_pp", "coco_retrieval"]
+  c.evals.generate = 32  # held-out scenes of the same world, in the real benchmark formats
   return c

@@ -25,6 +25,7 @@ def _metrics(workdir):
 
 def _cfg(method, **overrides):
   c = CONFIGS[method].get_config("runlocal")
+  c.evals.benchmarks = []  # evaluation has its own test; the others stay fast
   for key, value in overrides.items():
     node = c
     *path, leaf = key.split(".")
@@ -80,7 +81,7 @@ def test_frozen_parameters_are_untouched_and_stateless(tmp_path):
 def _main(workdir, *extra, method="clic", env=None, **kw):
   return subprocess.Popen([sys.executable, "-m", "compclip_jax.main", f"--config=configs/{method}.py:runlocal",
                            f"--workdir={workdir}", "--config.total_steps=10", "--config.checkpoint.every_steps=2",
-                           "--config.log_every=1", *extra], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT,
+                           "--config.log_every=1", "--config.evals.benchmarks=[]", *extra], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT,
                                                                              **(env or {})},
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
@@ -235,3 +236,16 @@ def test_read_initialised_from_hf_clip_and_t5_directories(tmp_path):
                       "total_steps": 2, "log_every": 1})
   last = train.run(c, str(tmp_path / "work"))
   assert np.isfinite(last["loss"]) and np.isfinite(last["read/rec"])
+
+
+def test_evals_run_before_during_and_after_training(tmp_path):
+  c = CONFIGS["read"].get_config("runlocal")
+  c.evals.every_steps = 3
+  train.run(c, str(tmp_path))
+  evals = {m["step"]: m for m in _metrics(tmp_path) if "eval/sugarcrepe/mean" in m}
+  assert sorted(evals) == [0, 3, 6]
+  for m in evals.values():
+    assert 0.0 <= m["eval/sugarcrepe/swap_att"] <= 1.0 and "eval/sugarcrepe_pp/mean/itt" in m
+    assert "eval/coco_retrieval/image_retrieval_recall@1" in m
+  assert evals[0]["eval/sugarcrepe/mean"] != evals[6]["eval/sugarcrepe/mean"] or \
+      evals[0]["eval/coco_retrieval/text_retrieval_recall@5"] != evals[6]["eval/coco_retrieval/text_retrieval_recall@5"]

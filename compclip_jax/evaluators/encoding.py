@@ -31,10 +31,11 @@ class Encoder:
     graphdef, self.state = nnx.split(model)
     rep, batch_sh = sharding.replicated(self.mesh), sharding.batch_sharding(self.mesh)
     self.batch_sh = batch_sh
+    # Parameters keep whatever sharding they have (training's FSDP layout included); batches are split over the mesh.
     self._text = jax.jit(lambda s, ids: nnx.merge(graphdef, s).encode_text(ids, normalize=True),
-                         in_shardings=(rep, batch_sh), out_shardings=rep)
+                         in_shardings=(None, batch_sh), out_shardings=rep)
     self._image = jax.jit(lambda s, px: nnx.merge(graphdef, s).encode_image(px, normalize=True),
-                          in_shardings=(rep, batch_sh), out_shardings=rep)
+                          in_shardings=(None, batch_sh), out_shardings=rep)
 
   def set_params(self, model) -> None:
     """Evaluate other weights of the same architecture (training: the current state) without recompiling."""
