@@ -241,11 +241,12 @@ def test_read_initialised_from_hf_clip_and_t5_directories(tmp_path):
 def test_evals_run_before_during_and_after_training(tmp_path):
   c = CONFIGS["read"].get_config("runlocal")
   c.evals.every_steps = 3
+  c.optim.schedule, c.optim.lr = "constant", 3e-3  # move the weights enough to show in the metrics
   train.run(c, str(tmp_path))
   evals = {m["step"]: m for m in _metrics(tmp_path) if "eval/sugarcrepe/mean" in m}
   assert sorted(evals) == [0, 3, 6]
   for m in evals.values():
     assert 0.0 <= m["eval/sugarcrepe/swap_att"] <= 1.0 and "eval/sugarcrepe_pp/mean/itt" in m
     assert "eval/coco_retrieval/image_retrieval_recall@1" in m
-  assert evals[0]["eval/sugarcrepe/mean"] != evals[6]["eval/sugarcrepe/mean"] or \
-      evals[0]["eval/coco_retrieval/text_retrieval_recall@5"] != evals[6]["eval/coco_retrieval/text_retrieval_recall@5"]
+  scores = lambda m: {k: v for k, v in m.items() if k.startswith("eval/") and not k.endswith(("count", "seconds"))}
+  assert scores(evals[0]) != scores(evals[6])  # the evaluations see the trained weights
