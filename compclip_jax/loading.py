@@ -161,6 +161,3 @@ def load_t5_decoder(directory: str, dtypes: DTypes = DTypes()) -> tuple[T5Decode
   spiece = os.path.join(directory, "spiece.model")
   return model, (T5Tokenizer(spiece) if os.path.exists(spiece) else None)
 
-
-def count_params(flat: dict[str, np.ndarray]) -> int:
-  return int(sum(np.prod(v.shape) for v in flat.values()))

@@ -248,3 +248,8 @@ def test_convert_cli(hf_dir, tmp_path):
   help_text = subprocess.run([sys.executable, "-m", "compclip_jax.convert", "--help"], capture_output=True, text=True,
                              env=env, cwd=ROOT).stdout
   assert "--to" in help_text
+
+
+def test_an_hf_weights_file_alone_says_to_pass_its_directory(hf_dir):
+  with pytest.raises(ValueError, match="pass the directory"):
+    load_clip(str(hf_dir / "model.safetensors"))

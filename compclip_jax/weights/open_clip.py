@@ -22,10 +22,6 @@ IGNORED = (r"input_resolution", r"context_length", r"vocab_size", r"attn_mask", 
 HEAD_WIDTH = 64  # open_clip's default head width for both towers
 
 
-def is_open_clip_state_dict(sd) -> bool:
-  return "visual.conv1.weight" in sd or "token_embedding.weight" in sd
-
-
 def _count_layers(sd, prefix: str) -> int:
   pat = re.compile(re.escape(prefix) + r"(\d+)\.")
   return len({m.group(1) for k in sd if (m := pat.match(k))})
@@ -79,6 +75,9 @@ def read(path: str, model_name: str | None = None,
          activation: str | None = None) -> tuple[clip_config.CLIPConfig, maps.RawCheckpoint]:
   """An open_clip `.safetensors/.bin/.pt` (optionally wrapped: `state_dict`, `module.`) → (config, tensors + map)."""
   sd = files.strip_wrapper_prefix(files.read_state_dict(path))
+  if any(k.startswith(("text_model.", "vision_model.")) for k in sd):
+    raise ValueError(f"{path} holds transformers (HF) CLIP weights: pass the directory that contains it and its "
+                     "config.json instead")
   cfg = resolve_config(path, sd, model_name, activation)
   rules = lambda _: maps.open_clip_rules(cfg.text.layers, cfg.vision.layers)
   return cfg, maps.RawCheckpoint(path, sd, rules, IGNORED,
