@@ -160,6 +160,9 @@ def build_model(c, world) -> Model:
     t5_cfg = T5Config(vocab_size=max(int(t5_tok.sp.get_piece_size()), c.t5.random_vocab), d_model=d, d_kv=64,
                       d_ff=int(2.75 * d), num_decoder_layers=c.t5.random_layers, num_heads=max(1, d // 64))
     t5_flat = params.flat_params(T5Decoder(t5_cfg, t5_dt, rngs=nnx.Rngs(c.seed + 1)))
+  if t5_tok.sp.get_piece_size() > t5_cfg.vocab_size:
+    raise ConfigError(f"the T5 tokenizer has {t5_tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
+                      f"{t5_cfg.vocab_size}: t5.init's spiece.model and config.json do not belong together")
   w = nnx.initializers.lecun_normal()(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
   flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
           "proj.kernel": np.asarray(w)}
@@ -210,7 +213,15 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
     raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
                       f"{c.batch_size // jax.process_count()}")
   model = build_model(c, world)
-  opts = sample_options(c, model.clip_cfg.vision.image_size)  # the model's input size, whatever data.image_size says
+  size = model.clip_cfg.vision.image_size
+  if isinstance(source, PreparedSource):
+    if source.image_size != size:
+      raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
+                        f"python -m compclip_jax.prepare with --image_size={size}")
+    if c.method == "read" and not source.meta.get("parsed"):
+      raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CLIC rows); READ's negatives need a "
+                        "COCO-style source prepared with --coco_json")
+  opts = sample_options(c, size)  # the model's input size, whatever data.image_size says
   kinds = step_kinds(c)
   pipes = {k: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed + i,
                                                         num_workers=c.data.num_workers,
