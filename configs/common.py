@@ -2,11 +2,11 @@
 import ml_collections
 
 # Parameter-rule regexes (matched against dotted parameter paths, e.g. 'text_model.encoder.layers.0.mlp.fc1.kernel').
-CLIP_TEXT = [r"text_model\..*", r"text_projection\..*", r"logit_scale"]
-CLIP_VISION = [r"vision_model\..*", r"visual_projection\..*"]
+CLIP_TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
+CLIP_VISION = (r"vision_model\..*", r"visual_projection\..*")
 # ≥2-D weights (kernels, token/position embeddings) decay; biases, LayerNorm scales and logit_scale do not (§1.4).
-DECAY_2D = [r".*\.(kernel|embedding)"]
-NO_DECAY_2D = [r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding"]
+DECAY_2D = (r".*\.(kernel|embedding)",)
+NO_DECAY_2D = (r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding")
 
 
 def base() -> ml_collections.ConfigDict:
@@ -18,7 +18,7 @@ def base() -> ml_collections.ConfigDict:
   # t5.random_*: the random decoder of :runlocal (v1.1-large is d_model 1024, vocab 32128, 24 layers)
   c.t5 = dict(init="", random_layers=2, random_d_model=64, random_vocab=0)
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
-  c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=["train", "restval"], num_workers=0,
+  c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=("train", "restval"), num_workers=0,
                 max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True, trim_tokens=True,
                 clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False)
   c.batch_size = 800
@@ -37,7 +37,8 @@ def base() -> ml_collections.ConfigDict:
   c.export = dict(hf=True, open_clip=False)
   # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
   # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate.
-  c.evals = dict(benchmarks=[], every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
+  # Lists are tuples so that they can be overridden from the command line: --config.evals.benchmarks='("valse",)'.
+  c.evals = dict(benchmarks=(), every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
   return c
 
 
@@ -66,6 +67,6 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collectio
   c.optim.lr = 1e-4
   c.optim.start_lr, c.optim.end_lr = 1e-5, 1e-6
   c.optim.warmup_steps = 2
-  c.evals.benchmarks = ["sugarcrepe", "sugarcrepe_pp", "coco_retrieval"]
+  c.evals.benchmarks = ("sugarcrepe", "sugarcrepe_pp", "coco_retrieval")
   c.evals.generate = 32  # held-out scenes of the same world, in the real benchmark formats
   return c

@@ -17,10 +17,10 @@ def get_config(arg: str = ""):
   c.clip_every = 0
   c.optim.schedule, c.optim.lr, c.optim.warmup_steps = "read", 1e-5, 50
   c.optim.b1, c.optim.b2, c.optim.eps, c.optim.weight_decay, c.optim.grad_clip = 0.9, 0.999, 1e-8, 0.1, 1.0
-  c.optim.trainable = [r"clip\..*", r"proj\.kernel"]
-  c.optim.frozen = [r"decoder\..*"]
+  c.optim.trainable = (r"clip\..*", r"proj\.kernel")
+  c.optim.frozen = (r"decoder\..*",)
   # everything decays except biases and LayerNorm weights (embeddings, logit_scale, W included) — METHODS §2.4
-  c.optim.decay = [r".*\.(kernel|embedding)", r"clip\.logit_scale", r".*class_embedding"]
-  c.optim.no_decay = [r".*\.(bias|scale)"]
+  c.optim.decay = (r".*\.(kernel|embedding)", r"clip\.logit_scale", r".*class_embedding")
+  c.optim.no_decay = (r".*\.(bias|scale)",)
   c.model.remat_text = False
   return common.with_arg(c, arg, "read")

@@ -23,7 +23,7 @@ def test_local_multiprocess_dry_run():
   script = os.path.join(ROOT, "launch", "local_multiprocess.sh")
   out = subprocess.run([script, "--num_processes=3", "--port=4000", "--gpus", "--dry-run", "--",
                         "--config=configs/clic.py", "--workdir=runs/my run", "--config.optim.lr=2e-6",
-                        "--config.evals.benchmarks=['sugarcrepe', 'valse']"],
+                        "--config.evals.benchmarks=('sugarcrepe', 'valse')"],
                        capture_output=True, text=True, check=True).stdout.splitlines()
   assert out[0] == "mkdir -p runs/my\\ run/logs" and out[-1] == "wait"
   procs = out[1:-1]
@@ -37,7 +37,7 @@ def test_local_multiprocess_dry_run():
     echo = echo.split(" > ")[0]
     args = subprocess.run(["bash", "-c", echo], capture_output=True, text=True, check=True).stdout.splitlines()
     assert args[:4] == ["--config=configs/clic.py", "--workdir=runs/my run", "--config.optim.lr=2e-6",
-                        "--config.evals.benchmarks=['sugarcrepe', 'valse']"]
+                        "--config.evals.benchmarks=('sugarcrepe', 'valse')"]
 
 
 def test_local_multiprocess_refuses_missing_workdir():

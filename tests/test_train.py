@@ -25,7 +25,7 @@ def _metrics(workdir):
 
 def _cfg(method, **overrides):
   c = CONFIGS[method].get_config("runlocal")
-  c.evals.benchmarks = []  # evaluation has its own test; the others stay fast
+  c.evals.benchmarks = ()  # evaluation has its own test; the others stay fast
   for key, value in overrides.items():
     node = c
     *path, leaf = key.split(".")
@@ -52,7 +52,7 @@ def test_overfit_a_small_fixed_set(tmp_path, method):
                       "optim.lr": 1e-3, "optim.start_lr": 1e-3, "optim.end_lr": 1e-3, "optim.warmup_frac": 0.01,
                       "optim.warmup_steps": 1, "optim.schedule": "constant", "optim.weight_decay": 0.0})
   if method == "clic":
-    c.optim.trainable = [r"text_model\..*", r"text_projection\..*", r"logit_scale"]
+    c.optim.trainable = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
   train.run(c, str(tmp_path))
   key = {"clic": "loss/clic", "read": "loss/read", "negclip": "loss/negclip", "clip": "loss/clip"}[method]
   losses = [m[key] for m in _metrics(tmp_path) if key in m]
@@ -81,7 +81,7 @@ def test_frozen_parameters_are_untouched_and_stateless(tmp_path):
 def _main(workdir, *extra, method="clic", env=None, **kw):
   return subprocess.Popen([sys.executable, "-m", "compclip_jax.main", f"--config=configs/{method}.py:runlocal",
                            f"--workdir={workdir}", "--config.total_steps=10", "--config.checkpoint.every_steps=2",
-                           "--config.log_every=1", "--config.evals.benchmarks=[]", *extra], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT,
+                           "--config.log_every=1", "--config.evals.benchmarks=()", *extra], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT,
                                                                              **(env or {})},
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
@@ -94,7 +94,8 @@ def test_resume_after_sigkill_is_exact(tmp_path):
   run = _main(tmp_path / "run")
   ckpt = tmp_path / "run" / "checkpoints" / "4"
   deadline = time.time() + 600
-  while not ckpt.is_dir() and run.poll() is None and time.time() < deadline:
+  while not ckpt.is_dir() and time.time() < deadline:
+    assert run.poll() is None, run.communicate()[0][-3000:]
     time.sleep(0.2)
   run.send_signal(signal.SIGKILL)
   run.communicate()
@@ -118,6 +119,7 @@ def test_sigterm_checkpoints_and_resumes(tmp_path):
   deadline = time.time() + 600
   metrics = tmp_path / "metrics.jsonl"
   while not (metrics.exists() and metrics.read_text().strip()) and time.time() < deadline:  # the loop is running
+    assert run.poll() is None, run.communicate()[0][-3000:]
     time.sleep(0.2)
   run.send_signal(signal.SIGTERM)
   out, _ = run.communicate(timeout=300)
