@@ -332,8 +332,14 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     ckpt.close()
 
   # --- export (frozen parameters from the initial checkpoint, trained ones from the state)
-  if not stop["sigterm"] and jax.process_index() == 0:
-    export(c, workdir, t.model, jax.device_get(state.trainable))
+  if not stop["sigterm"]:
+    if jax.process_count() > 1:  # FSDP shards may live on other hosts: every process joins the gather
+      from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+      trainable = multihost_utils.process_allgather(state.trainable, tiled=True)
+    else:
+      trainable = jax.device_get(state.trainable)
+    if jax.process_index() == 0:
+      export(c, workdir, t.model, trainable)
   return last
 
 
