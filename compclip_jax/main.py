@@ -28,8 +28,12 @@ def main(argv):
   elif _DISTRIBUTED.value:
     jax.distributed.initialize()
   logging.getLogger().setLevel(logging.INFO)
-  from compclip_jax import train  # pylint: disable=import-outside-toplevel
-  train.run(_CONFIG.value, _WORKDIR.value)
+  if _CONFIG.value.demo.enabled:
+    from compclip_jax import demo  # pylint: disable=import-outside-toplevel
+    demo.run(_CONFIG.value, _WORKDIR.value)
+  else:
+    from compclip_jax import train  # pylint: disable=import-outside-toplevel
+    train.run(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,24 @@ def _draw(d: ImageDraw.ImageDraw, shape: str, box, color):
     d.polygon([((x0 + x1) / 2, y0), (x1, y1), (x0, y1)], fill=color)
 
 
-def scene(rng: np.random.Generator) -> dict:
-  c1, c2 = rng.choice(list(COLORS), 2, replace=False)
-  s1, s2 = rng.choice(SHAPES), rng.choice(SHAPES)
+BINDINGS = tuple((c, sh) for c in COLORS for sh in SHAPES)
+HELD_OUT = 6  # colour–shape bindings that never occur in training scenes
+
+
+def split_bindings(seed: int = 0) -> tuple[tuple, tuple]:
+  """(training bindings, held-out bindings): a fixed split of colour × shape, shared by the world and its
+  benchmarks, so benchmark scenes are made only of bindings the model never saw (compositional generalisation)."""
+  order = np.random.default_rng(seed).permutation(len(BINDINGS))
+  held = tuple(BINDINGS[k] for k in order[:HELD_OUT])
+  return tuple(b for b in BINDINGS if b not in held), held
+
+
+def scene(rng: np.random.Generator, bindings=BINDINGS) -> dict:
+  """Two objects of different colours drawn from `bindings`, sizes and a relation."""
+  while True:
+    (c1, s1), (c2, s2) = (bindings[k] for k in rng.choice(len(bindings), 2, replace=False))
+    if c1 != c2:
+      break
   z1, z2 = rng.choice(SIZES), rng.choice(SIZES)
   return {"objects": [(str(z1), str(c1), str(s1)), (str(z2), str(c2), str(s2))],
           "relation": str(rng.choice(list(RELATIONS)))}
@@ -71,9 +86,10 @@ def write_world(root: str, n: int, seed: int = 0) -> dict:
     return paths
   os.makedirs(paths["images"], exist_ok=True)
   rng = np.random.default_rng(seed)
+  train_bindings, _ = split_bindings()
   rows, images, paras = [], [], {}
   for i in range(n):
-    sc = scene(rng)
+    sc = scene(rng, train_bindings)
     name = f"{i:05d}.png"
     render(sc, rng).save(os.path.join(paths["images"], name))
     caps = captions(sc)
@@ -130,8 +146,9 @@ def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
 
 
 def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
-  """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes in the real formats, under
-  `root/data` (annotations) and `root/images`. Reruns reuse what is there."""
+  """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes built only from held-out
+  colour–shape bindings, in the real formats, under `root/data` (annotations) and `root/images`. Reruns reuse what
+  is there."""
   data, images = os.path.join(root, "data"), os.path.join(root, "images")
   done = os.path.join(root, "complete")
   if os.path.exists(done):
@@ -140,11 +157,12 @@ def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
     os.makedirs(os.path.join(data, d), exist_ok=True)
   os.makedirs(images, exist_ok=True)
   rng = np.random.default_rng(seed)
+  _, held_out = split_bindings()
   sc: dict[str, dict] = {}
   scpp: dict[str, list] = {}
   karpathy = []
   for i in range(n):
-    scene_ = scene(rng)
+    scene_ = scene(rng, held_out)
     name = f"bench_{i:05d}.png"
     render(scene_, rng).save(os.path.join(images, name))
     for subset, row in benchmark_rows(scene_, rng).items():

@@ -39,16 +39,19 @@ def base() -> ml_collections.ConfigDict:
   # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate.
   # Lists are tuples so that they can be overridden from the command line: --config.evals.benchmarks='("valse",)'.
   c.evals = dict(benchmarks=(), every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
+  c.demo = dict(enabled=False, pretrain_steps=0, pretrain_batch=0, pretrain_lr=0.0)
   return c
 
 
-ARGS = ("", "runlocal")
+ARGS = ("", "runlocal", "demo")
 
 
 def with_arg(c: ml_collections.ConfigDict, arg: str, name: str) -> ml_collections.ConfigDict:
   """Applies the `:arg` of `--config=configs/<name>.py:arg`."""
   if arg == "runlocal":
     return runlocal(c)
+  if arg == "demo":
+    return demo(c)
   if arg:
     raise ValueError(f"configs/{name}.py: unknown argument {arg!r} (use one of {ARGS})")
   return c
@@ -69,4 +72,20 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collectio
   c.optim.warmup_steps = 2
   c.evals.benchmarks = ("sugarcrepe", "sugarcrepe_pp", "coco_retrieval")
   c.evals.generate = 32  # held-out scenes of the same world, in the real benchmark formats
+  return c
+
+
+def demo(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The synthetic-world demo (compclip_jax/demo.py): a tiny CLIP pretrained from scratch (cached), then the method."""
+  runlocal(c)
+  c.demo = dict(enabled=True, pretrain_steps=600, pretrain_batch=64, pretrain_lr=1e-3)
+  c.data.generate = 2000
+  c.data.image_size = 64
+  c.evals.generate = 300
+  c.evals.every_steps = 100
+  c.batch_size = 32
+  c.total_steps = 300
+  c.log_every = 25
+  c.checkpoint.every_steps = 100
+  c.optim.schedule, c.optim.lr, c.optim.warmup_steps = "read", 1e-4, 20
   return c
