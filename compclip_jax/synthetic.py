@@ -30,14 +30,17 @@ def _draw(d: ImageDraw.ImageDraw, shape: str, box, color):
 
 
 BINDINGS = tuple((c, sh) for c in COLORS for sh in SHAPES)
-HELD_OUT = 6  # colour–shape bindings that never occur in training scenes
+HELD_COLORS, HELD_SHAPES = 3, 2  # a block of colour × shape bindings that never occurs in training scenes
 
 
 def split_bindings(seed: int = 0) -> tuple[tuple, tuple]:
   """(training bindings, held-out bindings): a fixed split of colour × shape, shared by the world and its
-  benchmarks, so benchmark scenes are made only of bindings the model never saw (compositional generalisation)."""
-  order = np.random.default_rng(seed).permutation(len(BINDINGS))
-  held = tuple(BINDINGS[k] for k in order[:HELD_OUT])
+  benchmarks. The held-out set is a block (3 colours × 2 shapes), so that swapping the attributes or objects of a
+  held-out scene yields held-out bindings again: neither the caption nor its swap negative was seen in training."""
+  rng = np.random.default_rng(seed)
+  colors = set(rng.choice(list(COLORS), HELD_COLORS, replace=False).tolist())
+  shapes = set(rng.choice(list(SHAPES), HELD_SHAPES, replace=False).tolist())
+  held = tuple(b for b in BINDINGS if b[0] in colors and b[1] in shapes)
   return tuple(b for b in BINDINGS if b not in held), held
 
 
