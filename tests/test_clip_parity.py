@@ -86,3 +86,21 @@ def test_trimming_padding_changes_nothing(tmp_path, case):
   assert cut.shape[1] == -(-length // 16) * 16 < 77
   np.testing.assert_allclose(np.asarray(model.encode_text(cut)), np.asarray(model.encode_text(ids)), atol=1e-5,
                              rtol=0)
+
+
+@pytest.mark.parametrize("name", ["ViT-B-32", "ViT-B-16", "ViT-L-14", "ViT-L-14-336"])
+def test_named_shapes_match_transformers(name):
+  """The built-in open_clip shapes, written as an HF config.json, give transformers' parameter count exactly."""
+  import numpy as np_
+  import torch
+  import transformers
+  from flax import nnx
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP
+  from compclip_jax.weights import params
+  cfg = clip_config.named(f"{name}-quickgelu")
+  assert clip_config.from_hf_dict(clip_config.to_hf_dict(cfg)) == cfg
+  with torch.device("meta"):
+    ref = transformers.CLIPModel(transformers.CLIPConfig.from_dict(clip_config.to_hf_dict(cfg)))
+  ours = params.shapes(params.abstract(lambda: CLIP(cfg, rngs=nnx.Rngs(0))))
+  assert sum(int(np_.prod(s)) for s in ours.values()) == sum(p.numel() for p in ref.parameters())
