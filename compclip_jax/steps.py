@@ -15,6 +15,7 @@ import optax
 from flax import nnx
 
 from compclip_jax import losses
+from compclip_jax.models.read import clip_of
 
 STEP_KINDS = ("clic", "clic_clip", "clip", "negclip", "read")
 
@@ -43,13 +44,9 @@ def _texts(ids: jax.Array) -> jax.Array:
   return jnp.swapaxes(ids, 0, 1).reshape(-1, ids.shape[-1])
 
 
-def _clip_of(model):
-  return model.clip if hasattr(model, "clip") else model
-
-
 def loss_fn(kind: str, model, batch: dict, rng: jax.Array, norms: dict, loss_cfg) -> tuple[jax.Array, dict]:
   """The loss of one step kind on a merged model (METHODS §1.3, §1.4, §1.5, §2.3)."""
-  clip = _clip_of(model)
+  clip = clip_of(model)
   img = _unit(clip.encode_image(normalize_images(batch["image"], *norms[kind])))
   scale = jnp.exp(clip.logit_scale[...].astype(jnp.float32))
   if kind in ("clic_clip", "clip"):

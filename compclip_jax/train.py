@@ -27,7 +27,7 @@ from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 from compclip_jax.metrics import MetricWriter
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP, DTypes
-from compclip_jax.models.read import READModel
+from compclip_jax.models.read import READModel, clip_of
 from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import hf, params
 
@@ -365,12 +365,12 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
     data_dir, image_dir = synthetic.write_benchmarks(root, c.evals.generate).values()
   cfg = t.model.clip_cfg
   pre = Preprocess(cfg.vision.image_size, tuple(t.model.preprocess_mean), tuple(t.model.preprocess_std))
-  clip_of = lambda state: _clip(nnx.merge(t.graphdef, state.trainable, t.frozen))
+  current_clip = lambda state: clip_of(nnx.merge(t.graphdef, state.trainable, t.frozen))
   encoder = None
 
   def evaluate_at(step: int, state) -> None:
     nonlocal encoder
-    clip = clip_of(state)
+    clip = current_clip(state)
     if encoder is None:
       encoder = Encoder(clip, t.model.tokenizer, pre, c.evals.batch_size, t.mesh, progress=False)
     encoder.set_params(clip)
@@ -383,10 +383,6 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
                  if k in r["metrics"]]
       print(f"eval step {step} | " + " | ".join(summary), flush=True)
   return evaluate_at
-
-
-def _clip(model):
-  return model.clip if isinstance(model, READModel) else model
 
 
 def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:

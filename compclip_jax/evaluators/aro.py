@@ -45,10 +45,9 @@ def _load_vg(data_dir, image_dir, file, group_of, name, min_count, excluded=froz
   rows, groups = [], []
   for r in read_json(os.path.join(data_dir, "aro", file)):
     box = (r["bbox_x"], r["bbox_y"], r["bbox_w"], r["bbox_h"])
-    rows.append((images.add(ImageRef(image_path(image_dir, "aro", os.path.join("images", r["image_path"]))
-                                     if os.path.exists(os.path.join(image_dir, "aro", "images", r["image_path"]))
-                                     else image_path(image_dir, "aro", r["image_path"]), box)),
-                 texts.add(r["false_caption"]), texts.add(r["true_caption"])))
+    in_images = os.path.join(image_dir, "aro", "images", r["image_path"])  # ARO's own layout, else the usual lookup
+    path = in_images if os.path.exists(in_images) else image_path(image_dir, "aro", r["image_path"])
+    rows.append((images.add(ImageRef(path, box)), texts.add(r["false_caption"]), texts.add(r["true_caption"])))
     groups.append(group_of(r))
 
   def score(img, txt, tie):

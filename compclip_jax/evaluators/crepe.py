@@ -6,20 +6,17 @@ Our documented schema (the original files are not public here): `<data_dir>/crep
 from __future__ import annotations
 
 import csv
-import glob
 import json
 import os
 
 import numpy as np
 
 from compclip_jax.evaluators import scorers
-from compclip_jax.evaluators.tasks import ImageRef, Index, Task, image_path
+from compclip_jax.evaluators.tasks import ImageRef, Index, Task, image_path, subset_files
 
 
 def load_crepe(data_dir: str, image_dir: str) -> Task:
-  files = sorted(glob.glob(os.path.join(data_dir, "crepe", "*.csv")))
-  if not files:
-    raise FileNotFoundError(f"no CREPE subsets (*.csv) in {os.path.join(data_dir, 'crepe')}")
+  files = subset_files(data_dir, "crepe", ".csv")
   images, texts = Index(), Index()
   rows = {}
   for f in files:

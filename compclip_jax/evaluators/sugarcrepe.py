@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from compclip_jax.evaluators import scorers
-from compclip_jax.evaluators.tasks import ImageRef, Index, Task, cos, image_path, read_json
+from compclip_jax.evaluators.tasks import ImageRef, Index, Task, cos, image_path, pair_accuracy, read_json
 
 SC_SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 SCPP_SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -24,8 +24,7 @@ def load_sugarcrepe(data_dir: str, image_dir: str) -> Task:
   def score(img, txt, tie):
     out = {}
     for subset, rs in rows.items():
-      i, p, n = (np.array(x) for x in zip(*rs))
-      out[subset] = float(np.mean(scorers.pair_correct(cos(img[i], txt[p]), cos(img[i], txt[n]), tie)))
+      out[subset] = pair_accuracy(rs, img, txt, tie)
       out[f"{subset}/count"] = len(rs)
     for group in ("add", "replace", "swap"):  # macro over the group's subsets
       out[group] = scorers.mean(out[s] for s in SC_SUBSETS if s.startswith(group))

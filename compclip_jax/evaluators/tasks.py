@@ -7,11 +7,14 @@ embeddings in index order and returns the metrics.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 from typing import Callable, Hashable
 
 import numpy as np
+
+from compclip_jax.evaluators import scorers
 
 
 class Index:
@@ -79,3 +82,17 @@ def read_jsonl(path: str) -> list[dict]:
 def cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """Row-wise dot products of normalised embeddings."""
   return np.sum(a * b, axis=-1)
+
+
+def subset_files(data_dir: str, benchmark: str, suffix: str) -> list[str]:
+  """The benchmark's subset files `<data_dir>/<benchmark>/*<suffix>`, sorted; an empty folder names itself."""
+  files = sorted(glob.glob(os.path.join(data_dir, benchmark, f"*{suffix}")))
+  if not files:
+    raise FileNotFoundError(f"no {benchmark} subset files (*{suffix}) in {os.path.join(data_dir, benchmark)}")
+  return files
+
+
+def pair_accuracy(rows, img: np.ndarray, txt: np.ndarray, tie: str) -> float:
+  """Rows (image, positive text, negative text) of indices → fraction where the positive wins (METHODS §3)."""
+  i, p, n = (np.array(x) for x in zip(*rows))
+  return float(np.mean(scorers.pair_correct(cos(img[i], txt[p]), cos(img[i], txt[n]), tie)))

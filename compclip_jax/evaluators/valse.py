@@ -2,13 +2,10 @@
 `mturk.caption` ≥ 2 are kept (the benchmark's validity filter)."""
 from __future__ import annotations
 
-import glob
 import os
 
-import numpy as np
-
 from compclip_jax.evaluators import scorers
-from compclip_jax.evaluators.tasks import ImageRef, Index, Task, cos, image_path, read_json
+from compclip_jax.evaluators.tasks import ImageRef, Index, Task, image_path, pair_accuracy, read_json, subset_files
 
 MIN_MTURK_VOTES = 2
 
@@ -18,9 +15,7 @@ def valid_rows(data: dict) -> list[dict]:
 
 
 def load_valse(data_dir: str, image_dir: str) -> Task:
-  files = sorted(glob.glob(os.path.join(data_dir, "valse", "*.json")))
-  if not files:
-    raise FileNotFoundError(f"no VALSE pieces (*.json) in {os.path.join(data_dir, 'valse')}")
+  files = subset_files(data_dir, "valse", ".json")
   images, texts = Index(), Index()
   rows = {}
   for f in files:
@@ -31,8 +26,7 @@ def load_valse(data_dir: str, image_dir: str) -> Task:
   def score(img, txt, tie):
     out = {}
     for piece, rs in rows.items():
-      i, p, n = (np.array(x) for x in zip(*rs))
-      out[piece] = float(np.mean(scorers.pair_correct(cos(img[i], txt[p]), cos(img[i], txt[n]), tie)))
+      out[piece] = pair_accuracy(rs, img, txt, tie)
       out[f"{piece}/count"] = len(rs)
     out["mean"] = scorers.mean(out[p] for p in rows)  # macro over pieces
     return out

@@ -21,3 +21,8 @@ class READModel(nnx.Module):
     """pooled [B, width] (EOT hidden state after the final LN, before text_projection, not normalised) →
     decoder logits [B, T, vocab]."""
     return self.decoder(decoder_input_ids, self.proj(pooled)[:, None, :], dropout_rng)
+
+
+def clip_of(model) -> CLIP:
+  """The CLIP inside a model: READ's `.clip`, or the model itself."""
+  return model.clip if isinstance(model, READModel) else model
