@@ -44,3 +44,77 @@ def test_local_multiprocess_refuses_missing_workdir():
   script = os.path.join(ROOT, "launch", "local_multiprocess.sh")
   out = subprocess.run([script, "--dry-run", "--", "--config=configs/clic.py"], capture_output=True, text=True)
   assert out.returncode == 2 and "--workdir" in out.stderr
+
+
+TPU = os.path.join(ROOT, "launch", "tpu_vm.sh")
+
+
+def _argv(line: str) -> list[str]:
+  """The argument vector bash builds from a printed (shell-quoted) command line."""
+  out = subprocess.run(["bash", "-c", 'eval "a=($1)"; printf "%s\\0" "${a[@]}"', "_", line],
+                       capture_output=True, text=True, check=True).stdout
+  return out.split("\0")[:-1]
+
+
+def _tpu(*args, **env):
+  e = {**os.environ, "TPU_ZONE": "us-central2-b", "TPU_NAME": "clic pod", **env}
+  return subprocess.run([TPU, *args[:1], "--dry-run", *args[1:]], capture_output=True, text=True, env=e)
+
+
+def test_tpu_create_and_delete_commands():
+  out = _tpu("create", "--accelerator=v4-32", "--spot", "--project=my-proj")
+  assert out.returncode == 0, out.stderr
+  assert _argv(out.stdout.strip()) == ["gcloud", "compute", "tpus", "tpu-vm", "create", "clic pod",
+                                       "--zone=us-central2-b", "--project=my-proj", "--accelerator-type=v4-32",
+                                       "--version=tpu-ubuntu2204-base", "--spot"]
+  out = _tpu("create", TPU_CAPACITY="preemptible", TPU_VERSION="v2-alpha-tpuv5-lite", TPU_ACCELERATOR="v5litepod-8")
+  assert _argv(out.stdout.strip())[-3:] == ["--accelerator-type=v5litepod-8", "--version=v2-alpha-tpuv5-lite",
+                                            "--preemptible"]
+  assert _argv(_tpu("delete").stdout.strip())[4:] == ["delete", "clic pod", "--zone=us-central2-b", "--quiet"]
+
+
+def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
+  flags = ["--config=configs/clic.py", "--workdir=/gcs/b/my run", "--config.optim.lr=2e-6",
+           "--config.evals.benchmarks=('sugarcrepe', 'valse')"]
+  out = _tpu("run", "--run_name=exp 1", "--", *flags)
+  assert out.returncode == 0, out.stderr
+  argv = _argv(out.stdout.strip())
+  assert argv[:8] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "clic pod", "--zone=us-central2-b", "--worker=all"]
+  remote = argv[8].removeprefix("--command=")
+  launch = next(l for l in remote.splitlines() if "compclip_jax.main" in l)
+  assert launch.startswith("setsid nohup python -m compclip_jax.main --distributed ")
+  assert launch.endswith("> logs/exp\\ 1/worker-$(hostname).log 2>&1 < /dev/null &")
+  # the worker's shell hands python exactly the flags given here
+  args = launch.removeprefix("setsid nohup python -m compclip_jax.main").split(" > ")[0]
+  got = subprocess.run(["bash", "-c", f"printf '%s\\n' {args}"], capture_output=True, text=True,
+                       check=True).stdout.splitlines()
+  assert got == ["--distributed", *flags]
+  # and the whole remote script is valid bash that starts the job detached and records its pid
+  (tmp_path / "remote.sh").write_text(remote)
+  subprocess.run(["bash", "-n", str(tmp_path / "remote.sh")], check=True)
+  assert "echo $! > logs/exp\\ 1/worker-$(hostname).pid" in remote
+
+
+def test_tpu_sync_setup_tail_stop():
+  sync = _tpu("sync").stdout.strip().splitlines()
+  assert "git ls-files -z | tar --null -T - -czf" in sync[0]
+  assert _argv(sync[1])[4:] == ["scp", _argv(sync[1])[5], "clic pod:compclip_jax_sync.tar.gz", "--zone=us-central2-b",
+                                "--worker=all"]
+  assert _argv(sync[2])[-1] == "--command=mkdir -p compclip_jax && tar -xzf compclip_jax_sync.tar.gz -C compclip_jax"
+  setup = _argv(_tpu("setup", "--python=python3.12").stdout.strip())[-1]
+  assert "python3.12 -m venv .venv" in setup and "pip install -q -r requirements.txt" in setup
+  assert "'jax[tpu]==0.10.2'" in setup
+  tail = _argv(_tpu("tail", "--worker=3", "--follow").stdout.strip())
+  assert "--worker=3" in tail and tail[-1] == "--command=tail -n 50 -F compclip_jax/logs/run/worker-$(hostname).log"
+  stop = _argv(_tpu("stop").stdout.strip())
+  assert "--worker=all" in stop and "pkill -TERM -f 'compclip_jax.main'" in stop[-1]
+  mount = _argv(_tpu("mount", "--bucket=my-bucket").stdout.strip())[-1]
+  assert "gcsfuse --implicit-dirs my-bucket /gcs/my-bucket" in mount
+
+
+def test_tpu_refuses_bad_input():
+  assert _tpu("run", TPU_ZONE="").returncode == 2  # no zone
+  assert "--" in _tpu("run").stderr  # no training flags
+  assert _tpu("launch").returncode == 2
+  assert _tpu("tail", "--follow").returncode == 2  # following needs one worker
+  assert _tpu("mount").returncode == 2

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Cloud TPU VMs (a single host or a pod slice): create, set up every worker, sync this checkout, start the same
+# training command on all workers (detached, one log per worker), tail the logs, stop (SIGTERM → checkpoint), delete.
+# Every gcloud call goes through `run`, so --dry-run prints exactly what would be executed.
+set -euo pipefail
+
+usage() {
+  cat <<'TXT'
+usage: launch/tpu_vm.sh COMMAND [options] [-- <python -m compclip_jax.main flags>]
+
+commands (in the order of a run):
+  create   create the TPU VM            (--accelerator, --version, --spot | --preemptible)
+  sync     copy this checkout (git-tracked files, uncommitted edits included) to every worker
+  setup    on every worker: venv, requirements.txt (torch from the CPU index), the TPU build of jax
+  mount    mount a Cloud Storage bucket on every worker with gcsfuse at /gcs/BUCKET (--bucket=BUCKET)
+  run      start the training command on every worker, detached; flags after -- go to compclip_jax.main.
+           On a pod, --workdir must be a directory all workers share (checkpoints are written by every
+           worker): the mounted bucket, e.g. --workdir=/gcs/BUCKET/clic, or an NFS/Filestore mount
+  tail     print the end of the logs (--worker=N or all; --follow keeps reading)
+  stop     SIGTERM the training processes: they write a checkpoint and exit; `run` again resumes
+  delete   delete the TPU VM
+  ssh      run an arbitrary command on every worker: tpu_vm.sh ssh -- 'nvidia-smi || true'
+
+options (each also from the environment variable in brackets):
+  --name=NAME            TPU VM name                        [TPU_NAME, default compclip]
+  --zone=ZONE            e.g. us-central2-b                  [TPU_ZONE, required]
+  --project=PROJECT      Google Cloud project                [TPU_PROJECT, default: gcloud's]
+  --accelerator=TYPE     e.g. v4-8, v4-32 (pod), v5litepod-8 [TPU_ACCELERATOR, default v4-8]
+  --version=RUNTIME      TPU software version                [TPU_VERSION, default tpu-ubuntu2204-base]
+  --spot | --preemptible spot / preemptible capacity         [TPU_CAPACITY=spot|preemptible]
+  --remote_dir=DIR       checkout on the workers ($HOME-relative) [TPU_REMOTE_DIR, default compclip_jax]
+  --python=BIN           interpreter for the venv            [TPU_PYTHON, default python3.11]
+  --run_name=NAME        names the logs: <remote_dir>/logs/NAME/worker-<hostname>.log [TPU_RUN_NAME, default run]
+  --bucket=BUCKET        for mount                           [TPU_BUCKET]
+  --worker=N|all         for tail / ssh                      [default all]
+  --follow               for tail: keep following (one worker)
+  --dry-run              print the commands, run nothing
+  -h, --help
+
+A pod slice is the same sequence: every command fans out to all workers (--worker=all); `run` passes
+--distributed, so each process calls jax.distributed.initialize() and reads its own slice of every global batch.
+Preemption: the SIGTERM checkpoint plus `run` of the same command resumes from the workdir's newest checkpoint.
+Example:
+  export TPU_ZONE=us-central2-b TPU_ACCELERATOR=v4-32 TPU_NAME=clic-pod
+  launch/tpu_vm.sh create --spot && launch/tpu_vm.sh sync && launch/tpu_vm.sh setup
+  launch/tpu_vm.sh mount --bucket=my-bucket
+  launch/tpu_vm.sh run -- --config=configs/clic.py --workdir=/gcs/my-bucket/clic \
+      --config.model.init=/gcs/my-bucket/ViT-B-32 --config.data.source=prepared \
+      --config.data.path=/gcs/my-bucket/shards
+  launch/tpu_vm.sh tail --worker=0 --follow
+TXT
+}
+
+[ $# -gt 0 ] || { usage >&2; exit 2; }
+command=$1
+shift
+case "$command" in
+  -h|--help) usage; exit 0 ;;
+  create|sync|setup|mount|run|tail|stop|delete|ssh) ;;
+  *) echo "unknown command: $command (see --help)" >&2; exit 2 ;;
+esac
+
+name=${TPU_NAME:-compclip}
+zone=${TPU_ZONE:-}
+project=${TPU_PROJECT:-}
+accelerator=${TPU_ACCELERATOR:-v4-8}
+version=${TPU_VERSION:-tpu-ubuntu2204-base}
+capacity=${TPU_CAPACITY:-}
+remote_dir=${TPU_REMOTE_DIR:-compclip_jax}
+python=${TPU_PYTHON:-python3.11}
+run_name=${TPU_RUN_NAME:-run}
+bucket=${TPU_BUCKET:-}
+worker=all
+follow=0
+dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --name=*) name=${1#*=} ;;
+    --zone=*) zone=${1#*=} ;;
+    --project=*) project=${1#*=} ;;
+    --accelerator=*) accelerator=${1#*=} ;;
+    --version=*) version=${1#*=} ;;
+    --spot) capacity=spot ;;
+    --preemptible) capacity=preemptible ;;
+    --remote_dir=*) remote_dir=${1#*=} ;;
+    --python=*) python=${1#*=} ;;
+    --run_name=*) run_name=${1#*=} ;;
+    --bucket=*) bucket=${1#*=} ;;
+    --worker=*) worker=${1#*=} ;;
+    --follow) follow=1 ;;
+    --dry-run) dry=1 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$zone" ] || { echo "--zone (or TPU_ZONE) is required" >&2; exit 2; }
+case "$capacity" in ""|spot|preemptible) ;; *) echo "TPU_CAPACITY must be spot or preemptible" >&2; exit 2 ;; esac
+case "$worker" in all|[0-9]*) ;; *) echo "--worker must be a number or all" >&2; exit 2 ;; esac
+
+# Print (--dry-run) or execute one command, given as separate arguments; printed shell-quoted, copy-pasteable.
+run() {
+  if [ "$dry" = 1 ]; then
+    local out="" a
+    for a in "$@"; do out+="$(printf '%q' "$a") "; done
+    echo "${out% }"
+  else
+    "$@"
+  fi
+}
+
+common=(--zone="$zone")
+[ -n "$project" ] && common+=(--project="$project")
+tpu=(gcloud compute tpus tpu-vm)
+q() { printf '%q' "$1"; }
+
+# A command string for every worker's shell (gcloud ... ssh --command=STRING).
+on_workers() {
+  run "${tpu[@]}" ssh "$name" "${common[@]}" --worker="$1" --command="$2"
+}
+
+case "$command" in
+  create)
+    extra=()
+    [ "$capacity" = spot ] && extra+=(--spot)
+    [ "$capacity" = preemptible ] && extra+=(--preemptible)
+    run "${tpu[@]}" create "$name" "${common[@]}" --accelerator-type="$accelerator" --version="$version" "${extra[@]}"
+    ;;
+  sync)
+    root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+    archive=${TMPDIR:-/tmp}/compclip_jax_sync.tar.gz
+    # tracked files as they are on disk now (uncommitted edits included); no venvs, runs or caches
+    if [ "$dry" = 1 ]; then
+      echo "(cd $(q "$root") && git ls-files -z | tar --null -T - -czf $(q "$archive"))"
+    else
+      (cd "$root" && git ls-files -z | tar --null -T - -czf "$archive")
+    fi
+    run "${tpu[@]}" scp "$archive" "$name:compclip_jax_sync.tar.gz" "${common[@]}" --worker=all
+    on_workers all "mkdir -p $(q "$remote_dir") && tar -xzf compclip_jax_sync.tar.gz -C $(q "$remote_dir")"
+    ;;
+  setup)
+    on_workers all "set -e; cd $(q "$remote_dir")
+(command -v $(q "$python") >/dev/null && $(q "$python") -m venv --help >/dev/null) || \
+  (sudo apt-get update -q && sudo apt-get install -y -q $(q "$python") $(q "$python")-venv)
+[ -d .venv ] || $(q "$python") -m venv .venv
+. .venv/bin/activate
+pip install -q -U pip
+pip install -q -r requirements.txt --extra-index-url https://download.pytorch.org/whl/cpu
+pip install -q -U 'jax[tpu]==0.10.2' -f https://storage.googleapis.com/jax-releases/libtpu_releases.html
+python -c 'import jax; print(jax.process_index(), jax.local_device_count(), jax.device_count())'"
+    ;;
+  mount)
+    [ -n "$bucket" ] || { echo "mount needs --bucket=BUCKET (or TPU_BUCKET)" >&2; exit 2; }
+    on_workers all "set -e
+if ! command -v gcsfuse >/dev/null; then
+  echo 'deb https://packages.cloud.google.com/apt gcsfuse-jammy main' | sudo tee /etc/apt/sources.list.d/gcsfuse.list
+  curl -fsS https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo tee /etc/apt/trusted.gpg.d/gcsfuse.asc
+  sudo apt-get update -q && sudo apt-get install -y -q gcsfuse
+fi
+sudo mkdir -p /gcs/$(q "$bucket") && sudo chown \$(id -u):\$(id -g) /gcs/$(q "$bucket")
+mountpoint -q /gcs/$(q "$bucket") || gcsfuse --implicit-dirs $(q "$bucket") /gcs/$(q "$bucket")"
+    ;;
+  run)
+    [ $# -gt 0 ] || { echo "give the training flags after -- (see --help)" >&2; exit 2; }
+    train="python -m compclip_jax.main --distributed"
+    for a in "$@"; do train+=" $(q "$a")"; done
+    logs="logs/$run_name"
+    # setsid + nohup: the process outlives the ssh session; one log and pid file per worker (named by hostname)
+    on_workers all "set -e; cd $(q "$remote_dir"); mkdir -p $(q "$logs"); . .venv/bin/activate
+setsid nohup $train > $(q "$logs")/worker-\$(hostname).log 2>&1 < /dev/null &
+echo \$! > $(q "$logs")/worker-\$(hostname).pid
+echo started on \$(hostname): $(q "$remote_dir/$logs")/worker-\$(hostname).log"
+    ;;
+  tail)
+    logs="$remote_dir/logs/$run_name"
+    if [ "$follow" = 1 ]; then
+      [ "$worker" != all ] || { echo "--follow needs one --worker=N" >&2; exit 2; }
+      on_workers "$worker" "tail -n 50 -F $(q "$logs")/worker-\$(hostname).log"
+    else
+      on_workers "$worker" "echo == \$(hostname); tail -n 30 $(q "$logs")/worker-\$(hostname).log"
+    fi
+    ;;
+  stop)
+    on_workers all "pkill -TERM -f 'compclip_jax.main' && echo SIGTERM sent on \$(hostname) || echo nothing running on \$(hostname)"
+    ;;
+  delete)
+    run "${tpu[@]}" delete "$name" "${common[@]}" --quiet
+    ;;
+  ssh)
+    [ $# -gt 0 ] || { echo "give the command after -- (see --help)" >&2; exit 2; }
+    on_workers "$worker" "$*"
+    ;;
+esac
