@@ -172,6 +172,20 @@ def bench_pipeline(records: int, runs: int) -> None:
   print(f"  full CLIC sample, prepared shards: {full:8.1f} samples/s  (2 images + 5 captions + negative + tokens)")
 
 
+def _same_width_batches(t, kind: str, n: int) -> list:
+  """n batches of one token-width bucket (the first batch's), so one executable times them all."""
+  import jax  # pylint: disable=import-outside-toplevel
+  shapes = lambda b: [x.shape for x in jax.tree.leaves(b)]
+  batches = [t.global_batch(kind)]
+  for _ in range(50 * n):
+    if len(batches) == n:
+      return batches
+    b = t.global_batch(kind)
+    if shapes(b) == shapes(batches[0]):
+      batches.append(b)
+  raise RuntimeError(f"{kind}: fewer than {n} batches of token width {shapes(batches[0])} in {50 * n} draws")
+
+
 def bench_train(config, runs: int, peak_tflops: float) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   from compclip_jax import train  # pylint: disable=import-outside-toplevel
@@ -181,7 +195,7 @@ def bench_train(config, runs: int, peak_tflops: float) -> None:
   print(f"train step benchmark: method {config.method}, global batch {config.batch_size}, {n_dev} device(s) "
         f"({jax.devices()[0].platform}), median of {runs} timed steps after compilation")
   for kind in t.kinds:
-    batches = [t.global_batch(kind) for _ in range(runs + 1)]
+    batches = _same_width_batches(t, kind, runs + 1)
     compiled, flops, peak = train.compile_step(t, kind, batches[0])
     state = t.state
     state, m = compiled(state, t.frozen, batches[0])  # warm-up

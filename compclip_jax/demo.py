@@ -5,7 +5,9 @@
 1. the world (training images + captions in the CLIC CSV and COCO formats) and its held-out benchmarks
    (SugarCrepe, SugarCrepe++ and retrieval files made only of colour–shape bindings never seen in training);
 2. a tiny CLIP pretrained from scratch with the plain contrastive loss, cached in `<workdir>/pretrained` (reruns and
-   the other methods' demos reuse it);
+   the other methods' demos reuse it); for READ also a tiny T5 v1.1 decoder trained on the world's captions to
+   reconstruct them from that CLIP's (frozen) text embedding, cached in `<workdir>/pretrained_t5` — READ's frozen
+   decoder, standing in for the language-pretrained T5 v1.1 of a real run;
 3. fine-tuning with the method from that checkpoint, evaluated before and after;
 4. a before/after table (console + `<workdir>/report.md`) and plots (`<workdir>/report.png`).
 """
@@ -13,11 +15,18 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 
 import jax
+import numpy as np
+from flax import nnx
 
 from compclip_jax import synthetic, train
+from compclip_jax.data.tokenizers import T5Tokenizer
+from compclip_jax.models.clip import DTypes
+from compclip_jax.models.t5 import T5Config, T5Decoder
+from compclip_jax.weights import hf, params
 
 # (benchmark, metric, label) rows of the report
 REPORT_ROWS = (
@@ -71,11 +80,38 @@ def pretrain(c, workdir: str, world: dict, bench: dict) -> str:
   return export
 
 
+def pretrain_decoder(c, workdir: str, world: dict, bench: dict, clip_init: str) -> str:
+  """READ's decoder: a random tiny T5 v1.1 decoder (SentencePiece model trained on the world's captions) trained with
+  the reconstruction loss alone on the frozen pretrained CLIP; cached. Returns its HF T5 directory."""
+  out = os.path.join(workdir, "pretrained_t5")
+  export = os.path.join(out, "export", "t5")
+  if os.path.exists(os.path.join(export, "model.safetensors")):
+    return export
+  init = os.path.join(out, "init")
+  tok = T5Tokenizer(synthetic.write_t5_tokenizer(init, world["coco_json"]))
+  d = c.t5.random_d_model  # v1.1 proportions: 64-wide heads, d_ff = 2.75 d_model
+  cfg = T5Config(vocab_size=int(tok.sp.get_piece_size()), d_model=d, d_kv=64, d_ff=int(2.75 * d),
+                 num_decoder_layers=c.t5.random_layers, num_heads=max(1, d // 64))
+  hf.save_t5_decoder_dir(cfg, params.flat_params(T5Decoder(cfg, DTypes(), rngs=nnx.Rngs(c.seed + 1))), init)
+  p = _on_world(c, world, bench)
+  p.model.init, p.t5.init = clip_init, init
+  p.optim.trainable, p.optim.frozen = (r"decoder\..*", r"proj\.kernel"), (r"clip\..*",)
+  p.optim.no_decay = tuple(p.optim.no_decay) + (r"decoder\..*layer_norm\.weight",)  # T5's RMSNorm scales
+  p.loss.w_con, p.loss.w_rec, p.loss.w_align = 0.0, 1.0, 0.0
+  p.total_steps, p.optim.lr, p.optim.warmup_steps = c.demo.decoder_steps, c.demo.decoder_lr, 20
+  p.export.hf, p.export.t5_decoder = False, True
+  p.evals.benchmarks = ()
+  train.run(p, out)
+  return export
+
+
 def run(c, workdir: str) -> dict:
   world, bench = _world(c, workdir)
   init = pretrain(c, workdir, world, bench)
   f = _on_world(c, world, bench)
   f.model.random, f.model.init = "", init
+  if c.method == "read":
+    f.t5.init = pretrain_decoder(c, workdir, world, bench, init)
   run_dir = os.path.join(workdir, c.method)
   train.run(f, run_dir)
   return report(run_dir, workdir, c.method)
@@ -127,3 +163,84 @@ def _plot(rows: list[dict], table: dict, path: str, method: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------- seed sweep
+def sweep(methods: list[str], seeds: list[int], workdir: str, configure=lambda c: c) -> dict:
+  """Every method's demo for every seed (world, pretrained models and fine-tuning all seeded) under
+  `<workdir>/seed<k>`; then a mean ± std table and plot over seeds (`<workdir>/summary.{md,png}`).
+  `configure(c)` may shrink a config (tests). Returns {column: {label: [value per seed]}}."""
+  from configs import clic, negclip, read  # pylint: disable=import-outside-toplevel
+  modules = {"clic": clic, "negclip": negclip, "read": read}
+  cols: dict[str, dict[str, list]] = {}
+  for seed in seeds:
+    for k, m in enumerate(methods):
+      c = configure(modules[m].get_config("demo"))
+      c.seed = seed
+      table = run(c, os.path.join(workdir, f"seed{seed}"))
+      for label, (before, after) in table.items():
+        if k == 0:
+          cols.setdefault("pretrained", {}).setdefault(label, []).append(before)
+        cols.setdefault(m, {}).setdefault(label, []).append(after)
+  if jax.process_index() == 0:
+    text = summary_table(cols, seeds)
+    print(text, flush=True)
+    with open(os.path.join(workdir, "summary.md"), "w") as f:
+      f.write(text + "\n")
+    _plot_summary(cols, os.path.join(workdir, "summary.png"))
+  return cols
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+  v = np.asarray(values, np.float64) * 100
+  return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+
+
+def summary_table(cols: dict, seeds: list[int]) -> str:
+  names = list(cols)
+  lines = [f"| held-out benchmark (%), mean ± std over seeds {', '.join(map(str, seeds))} | " + " | ".join(names) + " |",
+           "|---|" + "---|" * len(names)]
+  for label in cols[names[0]]:
+    cells = ["{:.1f} ± {:.1f}".format(*_mean_std(cols[n][label])) if label in cols[n] else "–" for n in names]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def _plot_summary(cols: dict, path: str) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  names = list(cols)
+  labels = list(cols[names[0]])
+  width = 0.8 / len(names)
+  fig, ax = plt.subplots(figsize=(14, 5))
+  for i, n in enumerate(names):
+    stats = [_mean_std(cols[n][lab]) for lab in labels]
+    ax.bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(labels))], [s[0] for s in stats], width,
+           yerr=[s[1] for s in stats], capsize=2, label=n)
+  ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
+  ax.set(title="synthetic world, held-out pairings: mean ± std over seeds (%)", ylim=(0, 100))
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def main(argv=None) -> None:
+  import argparse  # pylint: disable=import-outside-toplevel
+  ap = argparse.ArgumentParser(description="Run the synthetic-world demo of several methods over several seeds and "
+                               "summarise (mean ± std).")
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--methods", default="clic,negclip,read", help="comma-separated: clic, negclip, read")
+  ap.add_argument("--seeds", default="0,1,2", help="comma-separated integers")
+  a = ap.parse_args(argv)
+  methods = [m for m in a.methods.split(",") if m]
+  bad = [m for m in methods if m not in ("clic", "negclip", "read")]
+  if bad:
+    ap.error(f"unknown method(s) {bad}: use clic, negclip, read")
+  logging.getLogger().setLevel(logging.WARNING)
+  sweep(methods, [int(s) for s in a.seeds.split(",")], a.workdir)
+
+
+if __name__ == "__main__":
+  main()

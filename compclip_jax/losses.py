@@ -111,8 +111,9 @@ def sentence_alignment(para: Array, orig: Array, scale: Array, direction: str = 
 
 def read_loss(img: Array, txt: Array, neg_valid: Array, para: Array, dec_logits: Array, targets: Array,
               scale: Array, w_rec: float = 0.1, w_align: float = 0.5, align_direction: str = "para_to_orig",
-              pad_id: int = 0) -> tuple[Array, dict]:
-  """L_READ = L_con + 0.1·L_rec + 0.5·L_align (METHODS §2.3).
+              pad_id: int = 0, w_con: float = 1.0) -> tuple[Array, dict]:
+  """L_READ = L_con + 0.1·L_rec + 0.5·L_align (METHODS §2.3). `w_con` (1 in READ) lets the synthetic-world demo
+  train the decoder alone (w_con = w_align = 0).
 
   img [B, D]; txt [4B, D] stacked [T; n1; n2; n3]; neg_valid [B, 3]; para [B, D]; dec_logits [B, T5, V];
   targets [B, T5].
@@ -122,7 +123,7 @@ def read_loss(img: Array, txt: Array, neg_valid: Array, para: Array, dec_logits:
   l_con, m = hard_negative_contrastive(img, txt[:b], negs, neg_valid, scale)
   l_rec = token_reconstruction(dec_logits, targets, pad_id)
   l_align = sentence_alignment(para, txt[:b], scale, align_direction)
-  loss = l_con + w_rec * l_rec + w_align * l_align
+  loss = w_con * l_con + w_rec * l_rec + w_align * l_align
   return loss, {**m, "loss": loss, "read/con": l_con, "read/rec": l_rec, "read/align": l_align}
 
 

@@ -65,7 +65,7 @@ def loss_fn(kind: str, model, batch: dict, rng: jax.Array, norms: dict, loss_cfg
   dec_logits = model.reconstruct(pooled[:b], batch["t5_input"], dropout_rng)
   para = _unit(clip.encode_text(batch["para_ids"]))
   return losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"], scale,
-                          loss_cfg.w_rec, loss_cfg.w_align, loss_cfg.align_direction)
+                          loss_cfg.w_rec, loss_cfg.w_align, loss_cfg.align_direction, w_con=loss_cfg.w_con)
 
 
 def make_step(kind: str, graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, norms: dict,

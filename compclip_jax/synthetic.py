@@ -1,107 +1,172 @@
 """A small synthetic compositional world rendered with PIL, written in the real data formats (CLIC CSV + images,
-COCO-style JSON + paraphrases), so `:runlocal` configs exercise the same loaders and transforms as a real run.
+COCO-style JSON + paraphrases, SugarCrepe / SugarCrepe++ / Karpathy retrieval files), so the `:runlocal` and `:demo`
+configs run the same loaders, transforms and evaluators as a real run.
 
-Scenes hold two objects (colour, shape, size) in a spatial relation; images have varied sizes in both orientations.
-Each image gets a main caption, extra sentences (CLIC's long description), five COCO-style captions and paraphrases.
+Scenes hold 1–3 objects (colour, shape, size) with a spatial relation between the first two; images have varied
+sizes in both orientations. Each image gets captions in varied phrasings, a multi-sentence description (CLIC's extra
+sentences) and paraphrases (READ's).
+
+Held out: a fixed set of *pairings* {(c1, s1), (c2, s2)} of two colour–shape bindings. Training scenes never hold a
+held-out pairing (in any two of their objects); benchmark scenes are built on one. Every single binding ("red square")
+is seen in training, but neither a benchmark image's pairing nor its swap ({(c2, s1), (c1, s2)}, the same pairing key)
+ever is, so a model cannot pass the swap tests by remembering which pairs go together — it has to bind.
 """
 from __future__ import annotations
 
+import csv
+import itertools
 import json
 import os
 
 import numpy as np
 from PIL import Image, ImageDraw
 
+# Few colours on purpose: with many, colour alone tells the images of a batch apart and plain contrastive training
+# never learns shapes (nor, then, which colour goes with which shape).
 COLORS = {"red": (220, 40, 40), "blue": (40, 70, 220), "green": (40, 170, 60), "yellow": (235, 210, 40),
-          "purple": (140, 60, 170), "white": (245, 245, 245), "black": (20, 20, 20), "orange": (240, 140, 30)}
-SHAPES = ("square", "circle", "triangle")
+          "white": (245, 245, 245)}
+SHAPES = ("square", "circle", "triangle", "diamond", "star")
 SIZES = ("small", "large")
-RELATIONS = {"left of": (0, 1), "right of": (1, 0), "above": (2, 3), "below": (3, 2)}
+RELATIONS = ("to the left of", "to the right of", "above", "below")
+OPPOSITE = {"to the left of": "to the right of", "to the right of": "to the left of", "above": "below",
+            "below": "above"}
+# slot of (first, second) object per relation; slots are regions of the image's central square (what the CLIP
+# transform's centre crop keeps): 0 left, 1 right, 2 top, 3 bottom, 4 centre (a lone object)
+_SLOT_OF = {"to the left of": (0, 1), "to the right of": (1, 0), "above": (2, 3), "below": (3, 2)}
+_SLOTS = {0: (0.03, 0.34, 0.33, 0.64), 1: (0.67, 0.34, 0.97, 0.64), 2: (0.35, 0.03, 0.65, 0.33),
+          3: (0.35, 0.67, 0.65, 0.97), 4: (0.3, 0.3, 0.7, 0.7)}
+NUM_OBJECTS_P = (0.15, 0.6, 0.25)  # P(1, 2, 3 objects) in training scenes
+HELD_OUT_FRACTION = 0.2
 
 
-def _draw(d: ImageDraw.ImageDraw, shape: str, box, color):
+def pairing_key(o1, o2) -> tuple:
+  """Key of the pairing of two objects (size, colour, shape): the unordered colours and the unordered shapes. An
+  attribute swap or an object swap keeps it."""
+  return tuple(sorted((o1[1], o2[1]))), tuple(sorted((o1[2], o2[2])))
+
+
+def held_out_pairings(seed: int = 0) -> frozenset:
+  """The fixed held-out pairing keys (a fraction HELD_OUT_FRACTION of all), shared by the world and its benchmarks."""
+  keys = [(cs, ss) for cs in itertools.combinations(COLORS, 2)
+          for ss in itertools.combinations_with_replacement(SHAPES, 2)]
+  rng = np.random.default_rng(seed)
+  pick = rng.choice(len(keys), int(round(HELD_OUT_FRACTION * len(keys))), replace=False)
+  return frozenset(keys[i] for i in pick)
+
+
+def _objects(rng: np.random.Generator, n: int) -> list[tuple[str, str, str]]:
+  colors = rng.choice(list(COLORS), n, replace=False)  # distinct colours: the colour names each object
+  return [(str(rng.choice(SIZES)), str(c), str(rng.choice(SHAPES))) for c in colors]
+
+
+def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False) -> dict:
+  """A training scene (no two objects form a held-out pairing) or, with `benchmark`, a scene whose first two objects
+  do (≥ 2 objects; any third object is a training-style one)."""
+  while True:
+    n = int(rng.choice((2, 3), p=(0.7, 0.3))) if benchmark else int(rng.choice((1, 2, 3), p=NUM_OBJECTS_P))
+    objs = _objects(rng, n)
+    keys = [pairing_key(a, b) in held for a, b in itertools.combinations(objs, 2)]
+    if (keys[0] and not any(keys[1:])) if benchmark else not any(keys):
+      return {"objects": objs, "relation": str(rng.choice(RELATIONS))}
+
+
+def _draw(d: ImageDraw.ImageDraw, shape: str, box, color) -> None:
   x0, y0, x1, y1 = box
+  cx, cy, rx, ry = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2
   if shape == "square":
     d.rectangle(box, fill=color)
   elif shape == "circle":
     d.ellipse(box, fill=color)
-  else:
-    d.polygon([((x0 + x1) / 2, y0), (x1, y1), (x0, y1)], fill=color)
-
-
-BINDINGS = tuple((c, sh) for c in COLORS for sh in SHAPES)
-HELD_COLORS, HELD_SHAPES = 3, 2  # a block of colour × shape bindings that never occurs in training scenes
-
-
-def split_bindings(seed: int = 0) -> tuple[tuple, tuple]:
-  """(training bindings, held-out bindings): a fixed split of colour × shape, shared by the world and its
-  benchmarks. The held-out set is a block (3 colours × 2 shapes), so that swapping the attributes or objects of a
-  held-out scene yields held-out bindings again: neither the caption nor its swap negative was seen in training."""
-  rng = np.random.default_rng(seed)
-  colors = set(rng.choice(list(COLORS), HELD_COLORS, replace=False).tolist())
-  shapes = set(rng.choice(list(SHAPES), HELD_SHAPES, replace=False).tolist())
-  held = tuple(b for b in BINDINGS if b[0] in colors and b[1] in shapes)
-  return tuple(b for b in BINDINGS if b not in held), held
-
-
-def scene(rng: np.random.Generator, bindings=BINDINGS) -> dict:
-  """Two objects of different colours drawn from `bindings`, sizes and a relation."""
-  while True:
-    (c1, s1), (c2, s2) = (bindings[k] for k in rng.choice(len(bindings), 2, replace=False))
-    if c1 != c2:
-      break
-  z1, z2 = rng.choice(SIZES), rng.choice(SIZES)
-  return {"objects": [(str(z1), str(c1), str(s1)), (str(z2), str(c2), str(s2))],
-          "relation": str(rng.choice(list(RELATIONS)))}
+  elif shape == "triangle":
+    d.polygon([(cx, y0), (x1, y1), (x0, y1)], fill=color)
+  elif shape == "diamond":
+    d.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=color)
+  else:  # a five-pointed star
+    pts = [(cx + (rx if k % 2 == 0 else 0.45 * rx) * np.sin(k * np.pi / 5),
+            cy - (ry if k % 2 == 0 else 0.45 * ry) * np.cos(k * np.pi / 5)) for k in range(10)]
+    d.polygon(pts, fill=color)
 
 
 def render(sc: dict, rng: np.random.Generator) -> Image.Image:
-  w, h = (int(rng.integers(96, 160)), int(rng.integers(64, 96)))
+  """Varied sizes, both orientations; objects drawn inside the central square, so the centre crop keeps them."""
+  w, h = int(rng.integers(80, 136)), int(rng.integers(64, 96))
   if rng.random() < 0.5:
     w, h = h, w
   img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(90, 160, 3)))
   d = ImageDraw.Draw(img)
-  slots = {0: (0.05, 0.3, 0.45, 0.7), 1: (0.55, 0.3, 0.95, 0.7), 2: (0.3, 0.05, 0.7, 0.45), 3: (0.3, 0.55, 0.7, 0.95)}
-  for (size, color, shape), slot in zip(sc["objects"], RELATIONS[sc["relation"]]):
-    x0, y0, x1, y1 = slots[slot]
-    shrink = 0.0 if size == "large" else 0.12
-    box = ((x0 + shrink) * w, (y0 + shrink) * h, (x1 - shrink) * w, (y1 - shrink) * h)
+  side = min(w, h)
+  ox, oy = (w - side) / 2, (h - side) / 2
+  objs, rel = sc["objects"], sc["relation"]
+  slots = [4] if len(objs) == 1 else list(_SLOT_OF[rel])
+  if len(objs) == 3:
+    slots.append(int(rng.choice([s for s in range(4) if s not in slots])))
+  for (size, color, shape), slot in zip(objs, slots):
+    x0, y0, x1, y1 = _SLOTS[slot]
+    shrink = (0.0 if size == "large" else 0.07) + rng.uniform(-0.015, 0.015)
+    box = (ox + (x0 + shrink) * side, oy + (y0 + shrink) * side, ox + (x1 - shrink) * side, oy + (y1 - shrink) * side)
     _draw(d, shape, box, COLORS[color])
   return img
 
 
-def captions(sc: dict) -> dict:
-  (z1, c1, s1), (z2, c2, s2) = sc["objects"]
-  r = sc["relation"]
-  main = f"a {c1} {s1} {r} a {c2} {s2}"
-  return {"main": main,
-          "extra": [f"the {c1} {s1} is {z1}", f"the {c2} {s2} is {z2}", f"there are two shapes in the picture"],
-          "coco": [main, f"a {z1} {c1} {s1} {r} a {z2} {c2} {s2}", f"the {c1} {s1} is {r} the {c2} {s2}",
-                   f"a {c1} {s1} and a {c2} {s2}, the first {r} the second", f"two shapes: a {c1} {s1} and a {c2} {s2}"],
-          "paraphrases": [f"there is a {c1} {s1} {r} a {c2} {s2}", f"{r} a {c2} {s2} sits a {c1} {s1}"]}
+def _np(o, size: bool = False) -> str:
+  return f"a {o[0]} {o[1]} {o[2]}" if size else f"a {o[1]} {o[2]}"
+
+
+def _the(o) -> str:
+  return f"the {o[1]} {o[2]}"
+
+
+def phrasings(sc: dict) -> list[str]:
+  """Every phrasing of a scene the world uses (the first is the benchmark caption's template)."""
+  objs, r = sc["objects"], sc["relation"]
+  if len(objs) == 1:
+    o = objs[0]
+    return [_np(o), f"there is {_np(o)}", f"{_np(o, True)} on its own", f"a picture of {_np(o)}",
+            f"{_np(o, True)} in the middle", f"only one shape: {_np(o)}"]
+  a, b = objs[:2]
+  caps = [f"{_np(a)} {r} {_np(b)}", f"there is {_np(a)} {r} {_np(b)}", f"{_the(a)} is {r} {_the(b)}",
+          f"{_np(a, True)} {r} {_np(b, True)}", f"{_np(b)} {OPPOSITE[r]} {_np(a)}",
+          f"{r} {_np(b)} there is {_np(a)}", f"a picture of {_np(a)} {r} {_np(b)}"]
+  if len(objs) == 3:
+    caps = [f"{c}, and {_np(objs[2])}" if k % 2 == 0 else f"{c}, with {_np(objs[2])} nearby"
+            for k, c in enumerate(caps)]
+  return caps
+
+
+def captions(sc: dict, rng: np.random.Generator) -> dict:
+  """main (the CLIC CSV caption), extra (its further sentences), coco (5), paraphrases (of `main`)."""
+  ph = phrasings(sc)
+  order = [int(k) for k in rng.permutation(len(ph))]
+  main = ph[order[0]]
+  objs = sc["objects"]
+  count = {1: "there is one shape in the picture", 2: "there are two shapes in the picture",
+           3: "there are three shapes in the picture"}[len(objs)]
+  extra = [f"{_the(o)} is {o[0]}" for o in objs] + [count]
+  return {"main": main, "extra": extra, "coco": [ph[k] for k in order[:5]],
+          "paraphrases": [ph[k] for k in order[5:]] or [ph[order[-1]]]}
 
 
 def write_world(root: str, n: int, seed: int = 0) -> dict:
-  """Writes n images and both data formats under `root`; returns the paths. Reruns reuse what is there."""
+  """Writes n training images and both data formats under `root`; returns the paths. Reruns reuse what is there."""
   paths = {"images": os.path.join(root, "images"), "csv": os.path.join(root, "clic_rows.csv"),
            "coco_json": os.path.join(root, "dataset_coco.json"), "paraphrases": os.path.join(root, "paraphrases.json")}
   if all(os.path.exists(p) for p in paths.values()):
     return paths
   os.makedirs(paths["images"], exist_ok=True)
   rng = np.random.default_rng(seed)
-  train_bindings, _ = split_bindings()
+  held = held_out_pairings()
   rows, images, paras = [], [], {}
   for i in range(n):
-    sc = scene(rng, train_bindings)
+    sc = scene(rng, held)
     name = f"{i:05d}.png"
     render(sc, rng).save(os.path.join(paths["images"], name))
-    caps = captions(sc)
-    rows.append(",".join([name, caps["main"], *caps["extra"]]))
+    caps = captions(sc, rng)
+    rows.append([name, caps["main"], *caps["extra"]])
     images.append({"filepath": "", "filename": name, "split": "train", "cocoid": i, "imgid": i,
                    "sentences": [{"raw": c} for c in caps["coco"]]})
     paras[str(i)] = caps["paraphrases"]
-  with open(paths["csv"], "w") as f:
-    f.write("\n".join(rows) + "\n")
+  with open(paths["csv"], "w", newline="") as f:  # csv quotes the captions of 3-object scenes (they hold a comma)
+    csv.writer(f, lineterminator="\n").writerows(rows)
   with open(paths["coco_json"], "w") as f:
     json.dump({"images": images, "dataset": "synthetic"}, f)
   with open(paths["paraphrases"], "w") as f:
@@ -110,10 +175,11 @@ def write_world(root: str, n: int, seed: int = 0) -> dict:
 
 
 def write_t5_tokenizer(root: str, coco_json: str, vocab_size: int = 200) -> str:
-  """A SentencePiece model trained on the world's captions (the frozen READ decoder's tokenizer) → spiece.model."""
+  """A SentencePiece model trained on the world's captions (the READ decoder's tokenizer) → spiece.model."""
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   out = os.path.join(root, "spiece.model")
   if not os.path.exists(out):
+    os.makedirs(root, exist_ok=True)
     with open(coco_json) as f:
       sents = [s["raw"] for im in json.load(f)["images"] for s in im["sentences"]]
     spm.SentencePieceTrainer.train(sentence_iterator=iter(sents), model_prefix=out[: -len(".model")],
@@ -122,36 +188,34 @@ def write_t5_tokenizer(root: str, coco_json: str, vocab_size: int = 200) -> str:
   return out
 
 
-OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
-
-
-def _other(options, exclude, rng):
+def _other(options, exclude, rng) -> str:
   return str(rng.choice([o for o in options if o not in exclude]))
 
 
 def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
-  """One SugarCrepe-style (caption, negative) per subset for a scene, plus SugarCrepe++'s second positive."""
-  (z1, c1, s1), (z2, c2, s2) = sc["objects"]
-  r = sc["relation"]
-  cap = f"a {c1} {s1} {r} a {c2} {s2}"
-  para = f"there is a {c1} {s1} {r} a {c2} {s2}"
-  c3 = _other(COLORS, {c1, c2}, rng)
-  s3 = _other(SHAPES, {s1, s2}, rng) if len({s1, s2}) < len(SHAPES) else None
-  rows = {"replace_att": f"a {c3} {s1} {r} a {c2} {s2}", "replace_rel": f"a {c1} {s1} {OPPOSITE[r]} a {c2} {s2}",
-          "swap_att": f"a {c2} {s1} {r} a {c1} {s2}",
-          "add_att": f"a {_other(SIZES, {z1}, rng)} {c1} {s1} {r} a {c2} {s2}",
-          "add_obj": f"a {c1} {s1} and a {c3} {s3 or s1} {r} a {c2} {s2}"}
-  if s3:
-    rows["replace_obj"] = f"a {c1} {s3} {r} a {c2} {s2}"
+  """One SugarCrepe-style (caption, negative) per subset for a benchmark scene, plus SugarCrepe++'s second positive
+  (the same meaning in other words: the relation inverted)."""
+  objs, r = sc["objects"], sc["relation"]
+  (z1, c1, s1), (z2, c2, s2) = objs[:2]
+  tail = f", and {_np(objs[2])}" if len(objs) == 3 else ""
+  say = lambda a, rel, b: f"{a} {rel} {b}{tail}"
+  cap = say(f"a {c1} {s1}", r, f"a {c2} {s2}")
+  c3 = _other(COLORS, {o[1] for o in objs}, rng)
+  rows = {"replace_att": say(f"a {c3} {s1}", r, f"a {c2} {s2}"),
+          "replace_obj": say(f"a {c1} {_other(SHAPES, {s1}, rng)}", r, f"a {c2} {s2}"),
+          "replace_rel": say(f"a {c1} {s1}", OPPOSITE[r], f"a {c2} {s2}"),
+          "swap_att": say(f"a {c2} {s1}", r, f"a {c1} {s2}"),
+          "add_att": say(f"a {_other(SIZES, {z1}, rng)} {c1} {s1}", r, f"a {c2} {s2}"),
+          "add_obj": say(f"a {c1} {s1} and a {c3} {_other(SHAPES, (), rng)}", r, f"a {c2} {s2}")}
   if s1 != s2:
-    rows["swap_obj"] = f"a {c1} {s2} {r} a {c2} {s1}"
+    rows["swap_obj"] = say(f"a {c1} {s2}", r, f"a {c2} {s1}")
+  para = f"a {c2} {s2} {OPPOSITE[r]} a {c1} {s1}{tail}"
   return {k: {"caption": cap, "caption2": para, "negative_caption": v} for k, v in rows.items()}
 
 
 def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
-  """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes built only from held-out
-  colour–shape bindings, in the real formats, under `root/data` (annotations) and `root/images`. Reruns reuse what
-  is there."""
+  """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes, each built on a held-out pairing,
+  in the real formats, under `root/data` (annotations) and `root/images`. Reruns reuse what is there."""
   data, images = os.path.join(root, "data"), os.path.join(root, "images")
   done = os.path.join(root, "complete")
   if os.path.exists(done):
@@ -160,12 +224,12 @@ def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
     os.makedirs(os.path.join(data, d), exist_ok=True)
   os.makedirs(images, exist_ok=True)
   rng = np.random.default_rng(seed)
-  _, held_out = split_bindings()
+  held = held_out_pairings()
   sc: dict[str, dict] = {}
   scpp: dict[str, list] = {}
   karpathy = []
   for i in range(n):
-    scene_ = scene(rng, held_out)
+    scene_ = scene(rng, held, benchmark=True)
     name = f"bench_{i:05d}.png"
     render(scene_, rng).save(os.path.join(images, name))
     for subset, row in benchmark_rows(scene_, rng).items():
@@ -174,7 +238,7 @@ def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
       if not subset.startswith("add"):
         scpp.setdefault(subset, []).append({"id": i, "filename": name, **row})
     karpathy.append({"filepath": "", "filename": name, "split": "test", "cocoid": i,
-                     "sentences": [{"raw": c} for c in captions(scene_)["coco"]]})
+                     "sentences": [{"raw": c} for c in captions(scene_, rng)["coco"]]})
   for subset, rows in sc.items():
     with open(os.path.join(data, "sugarcrepe", f"{subset}.json"), "w") as f:
       json.dump(rows, f)

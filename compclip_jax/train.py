@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 import signal
 
 import jax
@@ -126,6 +127,7 @@ class Model:
   t5_tokenizer: T5Tokenizer | None
   preprocess_mean: tuple
   preprocess_std: tuple
+  t5_cfg: T5Config | None = None
 
 
 def build_model(c, world) -> Model:
@@ -167,7 +169,7 @@ def build_model(c, world) -> Model:
   flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
           "proj.kernel": np.asarray(w)}
   abstract = params.abstract(lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=t5_dt))
-  return Model(abstract, flat, cfg, tok, t5_tok, mean, std)
+  return Model(abstract, flat, cfg, tok, t5_tok, mean, std, t5_cfg)
 
 
 # ---------------------------------------------------------------------------------------------------------- run
@@ -309,11 +311,13 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     for step in range(start, t.total):
       kind = kind_at(c, step)
       batch = t.global_batch(kind)
-      if kind not in compiled:
+      # one executable per kind and token-width bucket (trimming picks the width per batch)
+      key = (kind, tuple(x.shape for x in jax.tree.leaves(batch)))
+      if key not in compiled:
         t.state = state
-        compiled[kind], flops[kind], _ = compile_step(t, kind, batch)
+        compiled[key], flops[kind], _ = compile_step(t, kind, batch)
         writer.flops = (sum(f for f in flops.values() if f) / len(flops)) if all(flops.values()) else None
-      state, metrics = compiled[kind](state, t.frozen, batch)
+      state, metrics = compiled[key](state, t.frozen, batch)
       recent[kind] = metrics
       done = step + 1
       if done % c.log_every == 0 or done == t.total:
@@ -399,6 +403,12 @@ def export(c, workdir: str, model: Model, trainable) -> None:
   flat = dict(model.flat)
   flat.update({".".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(trainable)})
   if c.method == "read":
+    if c.export.t5_decoder:
+      out = os.path.join(workdir, "export", "t5")
+      hf.save_t5_decoder_dir(model.t5_cfg, {k[len("decoder."):]: v for k, v in flat.items()
+                                            if k.startswith("decoder.")}, out)
+      shutil.copyfile(model.t5_tokenizer.path, os.path.join(out, "spiece.model"))
+      logging.info("exported the T5 decoder: %s", out)
     flat = {k[len("clip."):]: v for k, v in flat.items() if k.startswith("clip.")}
   clip = params.fill(params.abstract(lambda: CLIP(model.clip_cfg, rngs=nnx.Rngs(0))), flat)
   from compclip_jax.data.images import Preprocess  # pylint: disable=import-outside-toplevel

@@ -28,18 +28,18 @@ def base() -> ml_collections.ConfigDict:
   c.optim = dict(schedule="clic", lr=1e-6, start_lr=1e-7, end_lr=1e-8, warmup_frac=0.2, warmup_steps=50, b1=0.9,
                  b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, trainable=CLIP_TEXT, frozen=CLIP_VISION,
                  decay=DECAY_2D, no_decay=NO_DECAY_2D)
-  c.loss = dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_rec=0.1, w_align=0.5, align_direction="para_to_orig",
-                t5_dropout=True)
+  c.loss = dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5,
+                align_direction="para_to_orig", t5_dropout=True)
   c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
   c.checkpoint = dict(every_steps=200, keep=3)
   c.log_every = 10
   c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
-  c.export = dict(hf=True, open_clip=False)
+  c.export = dict(hf=True, open_clip=False, t5_decoder=False)  # t5_decoder: READ's decoder as an HF T5 directory
   # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
   # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate.
   # Lists are tuples so that they can be overridden from the command line: --config.evals.benchmarks='("valse",)'.
   c.evals = dict(benchmarks=(), every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
-  c.demo = dict(enabled=False, pretrain_steps=0, pretrain_batch=0, pretrain_lr=0.0)
+  c.demo = dict(enabled=False, pretrain_steps=0, pretrain_batch=0, pretrain_lr=0.0, decoder_steps=0, decoder_lr=0.0)
   return c
 
 
@@ -78,7 +78,8 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collectio
 def demo(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The synthetic-world demo (compclip_jax/demo.py): a tiny CLIP pretrained from scratch (cached), then the method."""
   runlocal(c)
-  c.demo = dict(enabled=True, pretrain_steps=600, pretrain_batch=64, pretrain_lr=1e-3)
+  c.demo = dict(enabled=True, pretrain_steps=1000, pretrain_batch=64, pretrain_lr=1e-3, decoder_steps=300,
+                decoder_lr=1e-3)
   c.data.generate = 2000
   c.data.image_size = 64
   c.evals.generate = 300

@@ -6,25 +6,37 @@ from compclip_jax import synthetic
 from compclip_jax.data.sources import CocoSource, CsvSource
 from compclip_jax.evaluators import registry
 
-PAIR = re.compile(r"\b(" + "|".join(synthetic.COLORS) + r") (" + "|".join(synthetic.SHAPES) + r")\b")
+OBJ = re.compile(r"\b(" + "|".join(synthetic.COLORS) + r") (" + "|".join(synthetic.SHAPES) + r")\b")
+
+
+def _pairings(caption: str) -> set:
+  """Pairing keys of every two colour–shape phrases a caption names (independent of the generator's objects)."""
+  objs = [(None, c, s) for c, s in OBJ.findall(caption)]
+  return {synthetic.pairing_key(a, b) for i, a in enumerate(objs) for b in objs[i + 1:]}
 
 
 def test_world_and_benchmarks(tmp_path):
-  world = synthetic.write_world(str(tmp_path / "w"), 60, seed=3)
+  world = synthetic.write_world(str(tmp_path / "w"), 120, seed=3)
   bench = synthetic.write_benchmarks(str(tmp_path / "b"), 40, seed=4)
-  train_bindings, held_out = synthetic.split_bindings()
-  assert len(held_out) == synthetic.HELD_COLORS * synthetic.HELD_SHAPES and not set(train_bindings) & set(held_out)
+  held = synthetic.held_out_pairings()
+  assert len(held) == round(0.2 * 28 * 15)  # 8 colours choose 2 × 5 shapes multichoose 2
   src = CsvSource(world["csv"], world["images"])
-  assert len(src) == 60 and not src.rejected
-  seen = {m for i in range(len(src)) for m in PAIR.findall(src[i]["sentences"][0])}
-  assert seen and seen <= set(train_bindings)  # training captions never bind a held-out pair
-  assert len(CocoSource(world["coco_json"], world["images"], ("train",))) == 60
+  assert len(src) == 120 and not src.rejected
+  counts = {len(OBJ.findall(src[i]["sentences"][0].split(",")[0])) for i in range(len(src))}
+  assert counts == {1, 2}  # 1–3 objects (the third, after the comma, is named in a clause of its own)
+  assert any("," in src[i]["sentences"][0] for i in range(len(src)))  # quoted in the CSV, read back whole
+  coco = CocoSource(world["coco_json"], world["images"], ("train",))
+  assert len(coco) == 120
+  for i in range(len(coco)):  # no training caption names a held-out pairing
+    assert all(not _pairings(s) & held for s in coco[i]["sentences"])
   sc = registry.load("sugarcrepe", bench["data_dir"], bench["image_dir"])
   rows = json.load(open(f"{bench['data_dir']}/sugarcrepe/swap_att.json"))
-  for r in rows.values():  # benchmark images show held-out bindings only
-    assert set(PAIR.findall(r["caption"])) <= set(held_out)
-    assert sorted(r["caption"].split()) == sorted(r["negative_caption"].split())  # a swap keeps the words
-    assert set(PAIR.findall(r["negative_caption"])) <= set(held_out)  # and its negative is unseen too
+  for r in rows.values():  # benchmark captions are built on a held-out pairing; a swap keeps the words and the key
+    assert _pairings(r["caption"]) & held
+    assert sorted(r["caption"].split()) == sorted(r["negative_caption"].split())
+    assert _pairings(r["negative_caption"]) & held
+  pp = json.load(open(f"{bench['data_dir']}/sugarcrepe_pp/swap_att.json"))
+  assert all(r["caption2"] != r["caption"] and _pairings(r["caption2"]) == _pairings(r["caption"]) for r in pp)
   assert len(sc.images) == 40
   assert registry.load("coco_retrieval", bench["data_dir"], bench["image_dir"]).task == "zeroshot_retrieval"
 

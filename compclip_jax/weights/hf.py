@@ -42,6 +42,17 @@ def save_clip_dir(cfg: clip_config.CLIPConfig, flat: dict[str, np.ndarray], dire
   return ["config.json", "model.safetensors"]
 
 
+def save_t5_decoder_dir(cfg: T5Config, flat: dict[str, np.ndarray], directory: str) -> list[str]:
+  """Writes config.json + model.safetensors (fp32) of a T5 v1.1 decoder that `read_t5_dir` loads back. It holds no
+  encoder: transformers would load it as a T5ForConditionalGeneration with a freshly initialised encoder."""
+  os.makedirs(directory, exist_ok=True)
+  sd = maps.export_params({k: v.astype(np.float32) for k, v in flat.items()}, maps.hf_rules(list(flat)))
+  files.write_safetensors(sd, os.path.join(directory, "model.safetensors"))
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(cfg.to_hf_dict(), f, indent=2)
+  return ["config.json", "model.safetensors"]
+
+
 def read_t5_dir(directory: str) -> tuple[T5Config, maps.RawCheckpoint]:
   """An HF T5 v1.1 directory → (config, its tensors with the HF map). Encoder weights are read past, not kept."""
   cfg = T5Config.from_hf_dict(read_json(os.path.join(directory, "config.json")))
