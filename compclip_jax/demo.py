@@ -68,7 +68,7 @@ def pretrain(c, workdir: str, world: dict, bench: dict) -> str:
   p = copy.deepcopy(c)
   p.method, p.data.source, p.clip_every = "clip", "coco", 0
   p = _on_world(p, world, bench)
-  p.model.random, p.model.init = "tiny", ""
+  p.model.random, p.model.init = c.demo.model, ""
   p.batch_size, p.total_steps = c.demo.pretrain_batch, c.demo.pretrain_steps
   p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "read", c.demo.pretrain_lr, max(1, c.demo.pretrain_steps // 20)
   p.optim.trainable, p.optim.frozen = (r".*",), ()

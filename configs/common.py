@@ -39,7 +39,8 @@ def base() -> ml_collections.ConfigDict:
   # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate.
   # Lists are tuples so that they can be overridden from the command line: --config.evals.benchmarks='("valse",)'.
   c.evals = dict(benchmarks=(), every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
-  c.demo = dict(enabled=False, pretrain_steps=0, pretrain_batch=0, pretrain_lr=0.0, decoder_steps=0, decoder_lr=0.0)
+  c.demo = dict(enabled=False, model="tiny", pretrain_steps=0, pretrain_batch=0, pretrain_lr=0.0, decoder_steps=0,
+                decoder_lr=0.0)
   return c
 
 
@@ -78,7 +79,7 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collectio
 def demo(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The synthetic-world demo (compclip_jax/demo.py): a tiny CLIP pretrained from scratch (cached), then the method."""
   runlocal(c)
-  c.demo = dict(enabled=True, pretrain_steps=1000, pretrain_batch=64, pretrain_lr=1e-3, decoder_steps=300,
+  c.demo = dict(enabled=True, model="small", pretrain_steps=1000, pretrain_batch=64, pretrain_lr=1e-3, decoder_steps=300,
                 decoder_lr=1e-3)
   c.data.generate = 2000
   c.data.image_size = 64

@@ -47,7 +47,7 @@ def test_demo_path_runs_caches_and_reports(tmp_path):
 
   def small(module):
     c = module.get_config("demo")
-    c.data.generate, c.evals.generate, c.data.image_size = 40, 16, 32
+    c.data.generate, c.evals.generate, c.data.image_size, c.demo.model = 40, 16, 32, "tiny"
     c.demo.pretrain_steps, c.demo.pretrain_batch = 4, 8
     c.batch_size, c.total_steps, c.evals.every_steps, c.log_every, c.checkpoint.every_steps = 8, 4, 2, 2, 4
     return c
@@ -61,3 +61,11 @@ def test_demo_path_runs_caches_and_reports(tmp_path):
   demo.run(small(negclip), str(tmp_path))  # another method reuses the cached pretrained model
   assert pretrained.stat().st_mtime_ns == stamp
   assert (tmp_path / "report_negclip.md").exists()
+
+
+def test_summary_table_is_mean_and_sample_std_over_seeds():
+  from compclip_jax import demo
+  cols = {"pretrained": {"swap": [0.5, 0.6, 0.7]}, "clic": {"swap": [0.6, 0.6, 0.6], "replace": [0.9, 0.8, 1.0]}}
+  lines = demo.summary_table(cols, [0, 1, 2]).splitlines()
+  assert lines[0].startswith("| held-out benchmark (%), mean ± std over seeds 0, 1, 2 | pretrained | clic |")
+  assert lines[2] == "| swap | 60.0 ± 10.0 | 60.0 ± 0.0 |"  # std with ddof=1: sqrt(((−10)² + 0 + 10²) / 2) = 10

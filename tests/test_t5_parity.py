@@ -84,3 +84,25 @@ def test_original_t5_config_is_refused(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "feed_forward_proj": "relu"}))
   with pytest.raises(ValueError, match="gated-gelu"):
     load_t5_decoder(str(tmp_path))
+
+
+def test_saved_decoder_dir_loads_back_and_in_transformers(tmp_path):
+  """save_t5_decoder_dir (the demo's cached READ decoder): our reader gets the same arrays back, and transformers
+  loads it (encoder absent → freshly initialised, unused here) computing the original model's decoder logits."""
+  from compclip_jax.weights import hf, params
+  model = _random_v11(32, 8, 48, 4, 2, 50, seed=3)
+  model.save_pretrained(tmp_path / "orig")
+  ours, _ = load_t5_decoder(str(tmp_path / "orig"))
+  flat = params.flat_params(ours)
+  hf.save_t5_decoder_dir(ours.cfg, flat, str(tmp_path / "saved"))
+  back, _ = load_t5_decoder(str(tmp_path / "saved"))
+  for k, v in params.flat_params(back).items():
+    np.testing.assert_array_equal(v, flat[k], err_msg=k)
+  reloaded = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "saved").eval()
+  rng = np.random.default_rng(0)
+  ids = torch.as_tensor(rng.integers(0, 50, (2, 9)), dtype=torch.long)
+  enc = BaseModelOutput(last_hidden_state=torch.as_tensor(rng.standard_normal((2, 1, 32)).astype(np.float32)))
+  with torch.no_grad():
+    want = model(encoder_outputs=enc, decoder_input_ids=ids).logits.numpy()
+    got = reloaded(encoder_outputs=enc, decoder_input_ids=ids).logits.numpy()
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
