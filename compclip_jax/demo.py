@@ -66,7 +66,14 @@ def pretrain(c, workdir: str, world: dict, bench: dict) -> str:
   if os.path.exists(os.path.join(export, "model.safetensors")):
     return export
   p = copy.deepcopy(c)
-  p.method, p.data.source, p.clip_every = "clip", "coco", 0
+  if c.demo.pretrain_collages:
+    # Plain contrastive learning on single images *and* two-image collages with their joined captions (web data has
+    # collages; CLIC's concatenated inputs would otherwise be unlike anything the frozen vision tower has seen).
+    # These are CLIC's data with only its contrastive term: no negatives, no paraphrase term, both towers train.
+    p.method, p.data.source, p.clip_every = "clic", "csv", 1
+    p.loss.w_cont, p.loss.w_sneg, p.loss.w_uni = 1.0, 0.0, 0.0
+  else:
+    p.method, p.data.source, p.clip_every = "clip", "coco", 0
   p = _on_world(p, world, bench)
   p.model.random, p.model.init = c.demo.model, ""
   p.batch_size, p.total_steps = c.demo.pretrain_batch, c.demo.pretrain_steps
@@ -198,7 +205,8 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 def summary_table(cols: dict, seeds: list[int]) -> str:
   names = list(cols)
-  lines = [f"| held-out benchmark (%), mean ± std over seeds {', '.join(map(str, seeds))} | " + " | ".join(names) + " |",
+  seeds_ = ", ".join(map(str, seeds))
+  lines = [f"| held-out benchmark (%), mean ± std over seeds {seeds_} | " + " | ".join(names) + " |",
            "|---|" + "---|" * len(names)]
   for label in cols[names[0]]:
     cells = ["{:.1f} ± {:.1f}".format(*_mean_std(cols[n][label])) if label in cols[n] else "–" for n in names]

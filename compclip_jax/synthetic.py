@@ -88,8 +88,12 @@ def _draw(d: ImageDraw.ImageDraw, shape: str, box, color) -> None:
 
 
 def render(sc: dict, rng: np.random.Generator) -> Image.Image:
-  """Varied sizes, both orientations; objects drawn inside the central square, so the centre crop keeps them."""
-  w, h = int(rng.integers(80, 136)), int(rng.integers(64, 96))
+  """Varied sizes, both orientations; objects drawn inside the central square, so the centre crop keeps them.
+
+  Long side 1.6–2 × the short one: CLIC squashes an image into half of the concatenated input (half width for a
+  tall image, half height for a wide one), which then keeps its objects' proportions roughly intact."""
+  h = int(rng.integers(64, 97))
+  w = int(h * rng.uniform(1.6, 2.0))
   if rng.random() < 0.5:
     w, h = h, w
   img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(90, 160, 3)))

@@ -53,7 +53,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
     errors.append(f"model.init {c.model.init} does not exist")
   if c.model.random and c.model.random not in clip_config.RANDOM_SIZES and \
       c.model.random.removesuffix("-quickgelu") not in clip_config.OPEN_CLIP_MODELS:
-    errors.append(f"model.random {c.model.random!r}: use one of {sorted(clip_config.RANDOM_SIZES)} or {sorted(clip_config.OPEN_CLIP_MODELS)}")
+    errors.append(f"model.random {c.model.random!r}: use one of {sorted(clip_config.RANDOM_SIZES)} or "
+                  f"{sorted(clip_config.OPEN_CLIP_MODELS)}")
   if c.method == "read" and not c.t5.init and not c.data.generate:
     errors.append("READ needs t5.init: an HF T5 v1.1 directory (e.g. google/t5-v1_1-large downloaded locally)")
   if c.t5.init and not os.path.isdir(c.t5.init):

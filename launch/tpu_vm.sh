@@ -182,7 +182,9 @@ echo started on \$(hostname): $(q "$remote_dir/$logs")/worker-\$(hostname).log"
     fi
     ;;
   stop)
-    on_workers all "pkill -TERM -f 'compclip_jax.main' && echo SIGTERM sent on \$(hostname) || echo nothing running on \$(hostname)"
+    # '[c]ompclip…' matches the training processes but not this command's own shell, whose text holds the brackets
+    on_workers all "pkill -TERM -f '[c]ompclip_jax.main' && echo SIGTERM sent on \$(hostname) || \
+echo nothing running on \$(hostname)"
     ;;
   delete)
     run "${tpu[@]}" delete "$name" "${common[@]}" --quiet

@@ -107,7 +107,7 @@ def test_tpu_sync_setup_tail_stop():
   tail = _argv(_tpu("tail", "--worker=3", "--follow").stdout.strip())
   assert "--worker=3" in tail and tail[-1] == "--command=tail -n 50 -F compclip_jax/logs/run/worker-$(hostname).log"
   stop = _argv(_tpu("stop").stdout.strip())
-  assert "--worker=all" in stop and "pkill -TERM -f 'compclip_jax.main'" in stop[-1]
+  assert "--worker=all" in stop and "pkill -TERM -f '[c]ompclip_jax.main'" in stop[-1]
   mount = _argv(_tpu("mount", "--bucket=my-bucket").stdout.strip())[-1]
   assert "gcsfuse --implicit-dirs my-bucket /gcs/my-bucket" in mount
 
@@ -118,3 +118,18 @@ def test_tpu_refuses_bad_input():
   assert _tpu("launch").returncode == 2
   assert _tpu("tail", "--follow").returncode == 2  # following needs one worker
   assert _tpu("mount").returncode == 2
+
+
+def test_tpu_stop_signals_training_but_not_itself():
+  """The remote `stop` command, run here: it SIGTERMs a process that looks like training and survives its own
+  pkill -f (its command text contains the pattern too)."""
+  remote = _argv(_tpu("stop").stdout.strip())[-1].removeprefix("--command=")
+  if subprocess.run(["pgrep", "-f", "[c]ompclip_jax.main"], capture_output=True).returncode == 0:
+    pytest.skip("a real compclip_jax.main runs on this machine; the stop command would signal it too")
+  fake = subprocess.Popen(["bash", "-c", 'exec -a "python -m compclip_jax.main --config=x" sleep 60'])
+  try:
+    out = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "SIGTERM sent on" in out.stdout, out
+    assert fake.wait(timeout=10) == -15
+  finally:
+    fake.kill()

@@ -166,15 +166,6 @@ def named(name: str) -> CLIPConfig:
   return from_open_clip_dict(OPEN_CLIP_MODELS[base], quick_gelu=quick)
 
 
-def small() -> CLIPConfig:
-  """The synthetic-world demo's CLIP (width 128, 3 layers, 128-d joint space): big enough that its image embedding
-  keeps which colour goes with which shape, small enough to pretrain in minutes on a laptop CPU."""
-  return CLIPConfig(
-      text=TextConfig(vocab_size=49408, width=128, layers=3, heads=4, mlp_dim=512, eos_token_id=LEGACY_EOS_ID),
-      vision=VisionConfig(image_size=64, patch_size=8, width=128, layers=3, heads=4, mlp_dim=512),
-      embed_dim=128)
-
-
 def tiny(act: str = "quick_gelu", eos_token_id: int = LEGACY_EOS_ID, vocab_size: int = 49408) -> CLIPConfig:
   """A small config for tests and the synthetic world (width 64, 2 layers, 32 px images)."""
   return CLIPConfig(
@@ -184,4 +175,4 @@ def tiny(act: str = "quick_gelu", eos_token_id: int = LEGACY_EOS_ID, vocab_size:
       embed_dim=32)
 
 
-RANDOM_SIZES = {"tiny": tiny, "small": small}  # model.random names besides the open_clip ones
+RANDOM_SIZES = {"tiny": tiny}  # model.random names besides the open_clip ones
