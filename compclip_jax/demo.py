@@ -3,13 +3,16 @@
   python -m compclip_jax.main --config=configs/clic.py:demo --workdir=runs/demo
 
 1. the world (training images + captions in the CLIC CSV and COCO formats) and its held-out benchmarks
-   (SugarCrepe, SugarCrepe++ and retrieval files made only of colour–shape bindings never seen in training);
-2. a tiny CLIP pretrained from scratch with the plain contrastive loss, cached in `<workdir>/pretrained` (reruns and
-   the other methods' demos reuse it); for READ also a tiny T5 v1.1 decoder trained on the world's captions to
+   (SugarCrepe, SugarCrepe++ and retrieval files built on pairings of colour–shape bindings never seen in training);
+2. a tiny CLIP pretrained from scratch with the plain contrastive loss (on single images and, with
+   `demo.pretrain_collages`, two-image collages), cached in `<workdir>/pretrained` (reruns and the other methods'
+   demos reuse it); for READ also a tiny T5 v1.1 decoder trained on the world's captions to
    reconstruct them from that CLIP's (frozen) text embedding, cached in `<workdir>/pretrained_t5` — READ's frozen
    decoder, standing in for the language-pretrained T5 v1.1 of a real run;
 3. fine-tuning with the method from that checkpoint, evaluated before and after;
-4. a before/after table (console + `<workdir>/report.md`) and plots (`<workdir>/report.png`).
+4. a before/after table (console + `<workdir>/report_<method>.md`) and plots (`<workdir>/report_<method>.png`).
+
+`python -m compclip_jax.demo --workdir=DIR --seeds=0,1,2` runs several methods over several seeds (`sweep`).
 """
 from __future__ import annotations
 
@@ -139,7 +142,7 @@ def report(run_dir: str, workdir: str, method: str) -> dict:
     key = f"eval/{bench}/{metric}"
     if key in before and key in after:
       table[label] = (before[key], after[key])
-  lines = [f"| {method} on the synthetic world (held-out bindings) | before | after | Δ |", "|---|---|---|---|"]
+  lines = [f"| {method} on the synthetic world (held-out pairings, %) | before | after | Δ |", "|---|---|---|---|"]
   lines += [f"| {k} | {100 * b:.1f} | {100 * a:.1f} | {100 * (a - b):+.1f} |" for k, (b, a) in table.items()]
   text = "\n".join(lines)
   if jax.process_index() == 0:
