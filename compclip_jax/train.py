@@ -51,10 +51,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
     errors.append("model.init (a path load_clip reads) or model.random ('tiny' or an open_clip name) is required")
   if c.model.init and not os.path.exists(c.model.init):
     errors.append(f"model.init {c.model.init} does not exist")
-  if c.model.random and c.model.random not in clip_config.RANDOM_SIZES and \
-      c.model.random.removesuffix("-quickgelu") not in clip_config.OPEN_CLIP_MODELS:
-    errors.append(f"model.random {c.model.random!r}: use one of {sorted(clip_config.RANDOM_SIZES)} or "
-                  f"{sorted(clip_config.OPEN_CLIP_MODELS)}")
+  if c.model.random and c.model.random != "tiny" and c.model.random.removesuffix("-quickgelu") not in \
+      clip_config.OPEN_CLIP_MODELS:
+    errors.append(f"model.random {c.model.random!r}: use 'tiny' or one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
   if c.method == "read" and not c.t5.init and not c.data.generate:
     errors.append("READ needs t5.init: an HF T5 v1.1 directory (e.g. google/t5-v1_1-large downloaded locally)")
   if c.t5.init and not os.path.isdir(c.t5.init):
@@ -143,8 +142,7 @@ def build_model(c, world) -> Model:
       raise ConfigError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
     mean, std = pre.mean, pre.std
   else:
-    sized = clip_config.RANDOM_SIZES.get(c.model.random)
-    cfg = sized() if sized else clip_config.named(c.model.random)
+    cfg = clip_config.tiny() if c.model.random == "tiny" else clip_config.named(c.model.random)
     if cfg.vision.image_size != c.data.image_size:
       cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
     flat = params.flat_params(make_clip(cfg))

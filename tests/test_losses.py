@@ -138,6 +138,11 @@ def test_read_loss(direction):
   for key, want in (("read/con", con), ("read/rec", rec), ("read/align", align)):
     np.testing.assert_allclose(float(m[key]), want, **TOL)
   np.testing.assert_allclose(float(got), con + 0.1 * rec + 0.5 * align, **TOL)
+  decoder_only, _ = losses.read_loss(*(jnp.asarray(x, jnp.float32) for x in (img, txt)), jnp.asarray(valid),
+                                     jnp.asarray(para, jnp.float32), jnp.asarray(logits, jnp.float32),
+                                     jnp.asarray(targets), jnp.float32(s), w_rec=1.0, w_align=0.0, w_con=0.0,
+                                     align_direction=direction)
+  np.testing.assert_allclose(float(decoder_only), rec, **TOL)  # the demo's decoder pretraining objective
 
 
 def test_extreme_logits_stay_finite():

@@ -173,6 +173,3 @@ def tiny(act: str = "quick_gelu", eos_token_id: int = LEGACY_EOS_ID, vocab_size:
                       eos_token_id=eos_token_id),
       vision=VisionConfig(image_size=32, patch_size=8, width=64, layers=2, heads=4, mlp_dim=128, act=act),
       embed_dim=32)
-
-
-RANDOM_SIZES = {"tiny": tiny}  # model.random names besides the open_clip ones
