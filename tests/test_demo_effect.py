@@ -16,9 +16,17 @@ def small_clic_demo():
 
 @pytest.mark.slow
 def test_clic_improves_held_out_swap(tmp_path):
-  table = demo.run(small_clic_demo(), str(tmp_path))
+  c = small_clic_demo()
+  table = demo.run(c, str(tmp_path))
   before, after = table["SugarCrepe swap (mean)"]
   print(f"held-out swap: pretrained {100 * before:.1f} → CLIC {100 * after:.1f}")
   assert after > before + 0.02
   r_before, r_after = table["retrieval image R@5"]
   assert r_after > r_before - 0.05  # without losing retrieval
+  assert (tmp_path / "report_clic.md").exists() and (tmp_path / "report_clic.png").stat().st_size > 10_000
+  # the pretrained model is cached: another method's demo (here: the call it would make) reuses it untouched
+  pretrained = tmp_path / "pretrained" / "export" / "hf" / "model.safetensors"
+  stamp = pretrained.stat().st_mtime_ns
+  world, bench = demo._world(c, str(tmp_path))  # pylint: disable=protected-access
+  assert demo.pretrain(c, str(tmp_path), world, bench) == str(pretrained.parent)
+  assert pretrained.stat().st_mtime_ns == stamp

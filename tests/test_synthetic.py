@@ -19,7 +19,9 @@ def test_world_and_benchmarks(tmp_path):
   world = synthetic.write_world(str(tmp_path / "w"), 120, seed=3)
   bench = synthetic.write_benchmarks(str(tmp_path / "b"), 40, seed=4)
   held = synthetic.held_out_pairings()
-  assert len(held) == round(0.2 * 28 * 15)  # 8 colours choose 2 × 5 shapes multichoose 2
+  n_colors, n_shapes = len(synthetic.COLORS), len(synthetic.SHAPES)
+  pairings = n_colors * (n_colors - 1) // 2 * n_shapes * (n_shapes + 1) // 2  # colours choose 2 × shapes multichoose 2
+  assert len(held) == round(synthetic.HELD_OUT_FRACTION * pairings) == 30
   src = CsvSource(world["csv"], world["images"])
   assert len(src) == 120 and not src.rejected
   counts = {len(OBJ.findall(src[i]["sentences"][0].split(",")[0])) for i in range(len(src))}
@@ -39,28 +41,6 @@ def test_world_and_benchmarks(tmp_path):
   assert all(r["caption2"] != r["caption"] and _pairings(r["caption2"]) == _pairings(r["caption"]) for r in pp)
   assert len(sc.images) == 40
   assert registry.load("coco_retrieval", bench["data_dir"], bench["image_dir"]).task == "zeroshot_retrieval"
-
-
-def test_demo_path_runs_caches_and_reports(tmp_path):
-  from compclip_jax import demo
-  from configs import clic, negclip
-
-  def small(module):
-    c = module.get_config("demo")
-    c.data.generate, c.evals.generate, c.data.image_size, c.demo.model = 40, 16, 32, "tiny"
-    c.demo.pretrain_steps, c.demo.pretrain_batch = 4, 8
-    c.batch_size, c.total_steps, c.evals.every_steps, c.log_every, c.checkpoint.every_steps = 8, 4, 2, 2, 4
-    return c
-
-  table = demo.run(small(clic), str(tmp_path))
-  assert "SugarCrepe swap_att" in table and "retrieval image R@1" in table
-  assert all(0.0 <= b <= 1.0 and 0.0 <= a <= 1.0 for b, a in table.values())
-  assert (tmp_path / "report_clic.md").exists() and (tmp_path / "report_clic.png").stat().st_size > 10_000
-  pretrained = tmp_path / "pretrained" / "export" / "hf" / "model.safetensors"
-  stamp = pretrained.stat().st_mtime_ns
-  demo.run(small(negclip), str(tmp_path))  # another method reuses the cached pretrained model
-  assert pretrained.stat().st_mtime_ns == stamp
-  assert (tmp_path / "report_negclip.md").exists()
 
 
 def test_summary_table_is_mean_and_sample_std_over_seeds():
