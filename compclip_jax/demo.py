@@ -12,14 +12,18 @@
 3. fine-tuning with the method from that checkpoint, evaluated before and after;
 4. a before/after table (console + `<workdir>/report_<method>.md`) and plots (`<workdir>/report_<method>.png`).
 
-`python -m compclip_jax.demo --workdir=DIR --seeds=0,1,2` runs several methods over several seeds (`sweep`).
+`python -m compclip_jax.demo --workdir=DIR --seeds=0,1,2` runs several methods over several seeds (`sweep`), with
+plain contrastive fine-tuning (`configs/clip.py:demo`) as the control: the same data and steps without a method,
+training the text side (as CLIC and NegCLIP do) or all of CLIP (as READ does).
 """
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import logging
 import os
+from collections import Counter
 
 import jax
 import numpy as np
@@ -115,16 +119,18 @@ def pretrain_decoder(c, workdir: str, world: dict, bench: dict, clip_init: str) 
   return export
 
 
-def run(c, workdir: str) -> dict:
+def run(c, workdir: str, name: str = "") -> dict:
+  """The demo of `c`'s method (its runs and reports named `name`, default the method) → {label: (before, after)}."""
+  name = name or c.method
   world, bench = _world(c, workdir)
   init = pretrain(c, workdir, world, bench)
   f = _on_world(c, world, bench)
   f.model.random, f.model.init = "", init
   if c.method == "read":
     f.t5.init = pretrain_decoder(c, workdir, world, bench, init)
-  run_dir = os.path.join(workdir, c.method)
+  run_dir = os.path.join(workdir, name)
   train.run(f, run_dir)
-  return report(run_dir, workdir, c.method)
+  return report(run_dir, workdir, name)
 
 
 def _metrics(run_dir: str) -> list[dict]:
@@ -176,24 +182,42 @@ def _plot(rows: list[dict], table: dict, path: str, method: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- seed sweep
+# What a sweep can run: the methods, and two controls — plain contrastive fine-tuning on the same data and steps,
+# with what CLIC and NegCLIP train (the text side; "clip") and with what READ trains (all of CLIP; "clip_all").
+SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read")
+
+
+def sweep_config(name: str):
+  """The `:demo` config of a sweep entry (SWEEP_METHODS)."""
+  from configs import clic, clip, common, negclip, read  # pylint: disable=import-outside-toplevel
+  if name == "clip_all":
+    c = clip.get_config("demo")
+    c.optim.trainable, c.optim.frozen = common.CLIP_TEXT + common.CLIP_VISION, ()
+    return c
+  return {"clip": clip, "clic": clic, "negclip": negclip, "read": read}[name].get_config("demo")
+
+
 def sweep(methods: list[str], seeds: list[int], workdir: str) -> dict:
   """Every method's demo for every seed (world, pretrained models and fine-tuning all seeded) under
-  `<workdir>/seed<k>`; then a mean ± std table and plot over seeds (`<workdir>/summary.{md,png}`).
+  `<workdir>/seed<k>`; then mean ± std tables (absolute; paired change from the pretrained model and beyond each
+  method's control) and a plot over seeds (`<workdir>/summary.{md,png}`). A finished run is not retrained: rerunning with another method added trains
+  only that one.
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
-  from configs import clic, negclip, read  # pylint: disable=import-outside-toplevel
-  modules = {"clic": clic, "negclip": negclip, "read": read}
   cols: dict[str, dict[str, list]] = {}
   for seed in seeds:
     for k, m in enumerate(methods):
-      c = modules[m].get_config("demo")
+      c = sweep_config(m)
       c.seed = seed
-      table = run(c, os.path.join(workdir, f"seed{seed}"))
+      table = run(c, os.path.join(workdir, f"seed{seed}"), m)
       for label, (before, after) in table.items():
         if k == 0:
           cols.setdefault("pretrained", {}).setdefault(label, []).append(before)
         cols.setdefault(m, {}).setdefault(label, []).append(after)
   if jax.process_index() == 0:
-    text = summary_table(cols, seeds)
+    text = summary_table(cols, seeds) + "\n\n" + paired_table(cols)
+    controlled = [(m, CONTROL_OF[m]) for m in cols if CONTROL_OF.get(m) in cols]
+    if controlled:
+      text += "\n\n" + paired_table(cols, controlled, "change beyond its control")
     print(text, flush=True)
     with open(os.path.join(workdir, "summary.md"), "w") as f:
       f.write(text + "\n")
@@ -213,6 +237,28 @@ def summary_table(cols: dict, seeds: list[int]) -> str:
            "|---|" + "---|" * len(names)]
   for label in cols[names[0]]:
     cells = ["{:.1f} ± {:.1f}".format(*_mean_std(cols[n][label])) if label in cols[n] else "–" for n in names]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+PAIRED_ROWS = ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT", "SugarCrepe replace (mean)", "retrieval image R@5",
+               "retrieval text R@5")
+
+
+# each method's control: plain contrastive fine-tuning of what the method trains
+CONTROL_OF = {"clic": "clip", "negclip": "clip", "read": "clip_all"}
+
+
+def paired_table(cols: dict, pairs: list[tuple[str, str]] | None = None,
+                 title: str = "change from the pretrained model") -> str:
+  """Per-seed differences (name − baseline) for each (name, baseline) pair, mean ± std over seeds, in percentage
+  points; default pairs: every column against "pretrained"."""
+  pairs = pairs or [(n, "pretrained") for n in cols if n != "pretrained"]
+  lines = [f"| {title} (points), mean ± std over seeds | " + " | ".join(PAIRED_ROWS) + " |",
+           "|---|" + "---|" * len(PAIRED_ROWS)]
+  for name, base in pairs:
+    cells = ["{:+.1f} ± {:.1f}".format(*_mean_std(np.subtract(cols[name][r], cols[base][r]))) for r in PAIRED_ROWS]
+    label = name if base == "pretrained" else f"{name} − {base}"
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -237,18 +283,71 @@ def _plot_summary(cols: dict, path: str) -> None:
   plt.close(fig)
 
 
+# ------------------------------------------------------------------------------ what CLIC's negatives change
+RELATION_WORDS = frozenset(w for r in synthetic.RELATIONS for w in r.split()) - {"the"}
+
+
+def _word_kind(word: str) -> str:
+  for kind, vocab in (("colour", synthetic.COLORS), ("shape", synthetic.SHAPES), ("size", synthetic.SIZES),
+                      ("relation", RELATION_WORDS)):
+    if word in vocab:
+      return kind
+  return "other"
+
+
+def _moved_word(sentence: str, negative: str) -> str | None:
+  """The word of `sentence` that a cross swap replaced, read off whichever of the negative's two sentences it
+  became (the one differing from it in the fewest words); None if neither differs (no word of it moved)."""
+  words = Counter(sentence.rstrip(".").split())
+  lost = [words - Counter(part.rstrip(".").split()) for part in negative.split(". ")]
+  best = min(lost, key=lambda d: sum(d.values()))
+  return next(iter(best), None)
+
+
+def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str, int]:
+  """CLIC's hard negatives (METHODS §1.2 step 6) on n random pairs of a synthetic world's main captions, counted by
+  the kind of word the cross swap moved between the two sentences (colour, shape, size, relation, other), or
+  "within one sentence" (the fallback single swap), or "none" (no negative; masked)."""
+  from compclip_jax.data import negatives  # pylint: disable=import-outside-toplevel
+  with open(csv_path, newline="") as f:
+    firsts = [row[1].lower() for row in csv.reader(f)]
+  analyses = negatives.SpacyTagger()(firsts)
+  rng = np.random.default_rng(seed)
+  counts: dict[str, int] = {}
+  for _ in range(n):
+    i, j = (int(k) for k in rng.integers(len(firsts), size=2))
+    negative, how = negatives.clic_negative(analyses[i], analyses[j], rng)
+    if negative is None or how != negatives.CROSS:
+      kind = "none" if negative is None else "within one sentence"
+    else:
+      moved = _moved_word(analyses[i].text(), negative)
+      kind = "other" if moved is None else _word_kind(moved)
+    counts[kind] = counts.get(kind, 0) + 1
+  return counts
+
+
 def main(argv=None) -> None:
   import argparse  # pylint: disable=import-outside-toplevel
   ap = argparse.ArgumentParser(description="Run the synthetic-world demo of several methods over several seeds and "
                                "summarise (mean ± std).")
   ap.add_argument("--workdir", required=True)
-  ap.add_argument("--methods", default="clic,negclip,read", help="comma-separated: clic, negclip, read")
+  ap.add_argument("--methods", default=",".join(SWEEP_METHODS),
+                  help="comma-separated: clic, negclip, read, and the controls clip (plain contrastive fine-tuning of "
+                  "the text side) and clip_all (of all of CLIP)")
   ap.add_argument("--seeds", default="0,1,2", help="comma-separated integers")
+  ap.add_argument("--negative_kinds", action="store_true",
+                  help="instead: count what CLIC's hard negatives swap on <workdir>/world's captions, and exit")
   a = ap.parse_args(argv)
+  if a.negative_kinds:
+    counts = clic_negative_kinds(os.path.join(a.workdir, "world", "clic_rows.csv"))
+    total = sum(counts.values())
+    for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]):
+      print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
+    return
   methods = [m for m in a.methods.split(",") if m]
-  bad = [m for m in methods if m not in ("clic", "negclip", "read")]
+  bad = [m for m in methods if m not in SWEEP_METHODS]
   if bad:
-    ap.error(f"unknown method(s) {bad}: use clic, negclip, read")
+    ap.error(f"unknown method(s) {bad}: use {', '.join(SWEEP_METHODS)}")
   logging.getLogger().setLevel(logging.WARNING)
   sweep(methods, [int(s) for s in a.seeds.split(",")], a.workdir)
 

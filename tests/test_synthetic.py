@@ -49,3 +49,33 @@ def test_summary_table_is_mean_and_sample_std_over_seeds():
   lines = demo.summary_table(cols, [0, 1, 2]).splitlines()
   assert lines[0].startswith("| held-out benchmark (%), mean ± std over seeds 0, 1, 2 | pretrained | clic |")
   assert lines[2] == "| swap | 60.0 ± 10.0 | 60.0 ± 0.0 |"  # std with ddof=1: sqrt(((−10)² + 0 + 10²) / 2) = 10
+
+
+def test_paired_table_is_the_change_per_seed():
+  from compclip_jax import demo
+  rows = demo.PAIRED_ROWS
+  cols = {"pretrained": {r: [0.5, 0.6, 0.7] for r in rows}, "clic": {r: [0.6, 0.6, 0.9] for r in rows}}
+  lines = demo.paired_table(cols).splitlines()
+  assert len(lines) == 3 and lines[0].startswith("| change from the pretrained model")
+  # per-seed changes +10, 0, +20 → mean +10, std sqrt((0² + 10² + 10²) / 2) = 10
+  assert lines[2] == "| clic | " + " | ".join(["+10.0 ± 10.0"] * len(rows)) + " |"
+  cols["clip"] = {r: [0.6, 0.5, 0.7] for r in rows}  # against a control: +0, +10, +20 points
+  lines = demo.paired_table(cols, [("clic", "clip")], "change beyond its control").splitlines()
+  assert lines[0].startswith("| change beyond its control (points)")
+  assert lines[2] == "| clic − clip | " + " | ".join(["+10.0 ± 10.0"] * len(rows)) + " |"
+
+
+def test_clic_negative_kinds_on_the_world(tmp_path):
+  """The README's breakdown of what CLIC's negatives swap: a hand case for reading the moved word, then counts on a
+  small world that add up and name only the world's kinds of words."""
+  from compclip_jax import demo
+  neg = "a white star below a red diamond. a green square above a blue circle."  # red ↔ green across the two
+  assert demo._moved_word("a red square above a blue circle", neg) == "red"  # pylint: disable=protected-access
+  assert demo._moved_word("a white star below a green diamond", neg) == "green"  # pylint: disable=protected-access
+  assert [demo._word_kind(w) for w in ("blue", "star", "large", "left", "picture")] == [  # pylint: disable=protected-access
+      "colour", "shape", "size", "relation", "other"]
+  world = synthetic.write_world(str(tmp_path / "w"), 60, seed=2)
+  counts = demo.clic_negative_kinds(world["csv"], n=200, seed=1)
+  assert sum(counts.values()) == 200
+  assert set(counts) <= {"colour", "shape", "size", "relation", "other", "within one sentence", "none"}
+  assert counts["colour"] + counts["shape"] > 50
