@@ -19,7 +19,6 @@ training the text side (as CLIC and NegCLIP do) or all of CLIP (as READ does).
 from __future__ import annotations
 
 import copy
-import csv
 import json
 import logging
 import os
@@ -200,8 +199,8 @@ def sweep_config(name: str):
 def sweep(methods: list[str], seeds: list[int], workdir: str) -> dict:
   """Every method's demo for every seed (world, pretrained models and fine-tuning all seeded) under
   `<workdir>/seed<k>`; then mean ± std tables (absolute; paired change from the pretrained model and beyond each
-  method's control) and a plot over seeds (`<workdir>/summary.{md,png}`). A finished run is not retrained: rerunning with another method added trains
-  only that one.
+  method's control) and a plot over seeds (`<workdir>/summary.{md,png}`). A finished run is not retrained:
+  rerunning with another method added trains only that one.
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
   cols: dict[str, dict[str, list]] = {}
   for seed in seeds:
@@ -309,11 +308,12 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
   the kind of word the cross swap moved between the two sentences (colour, shape, size, relation, other), or
   "within one sentence" (the fallback single swap), or "none" (no negative; masked)."""
   from compclip_jax.data import negatives  # pylint: disable=import-outside-toplevel
-  with open(csv_path, newline="") as f:
-    firsts = [row[1].lower() for row in csv.reader(f)]
+  from compclip_jax.data.sources import CsvSource  # pylint: disable=import-outside-toplevel
+  src = CsvSource(csv_path, image_root="")  # the captions as training reads them (cleaned, lower-cased)
+  firsts = [sentences[0] for _, sentences in src.rows]
   analyses = negatives.SpacyTagger()(firsts)
   rng = np.random.default_rng(seed)
-  counts: dict[str, int] = {}
+  counts: Counter = Counter()
   for _ in range(n):
     i, j = (int(k) for k in rng.integers(len(firsts), size=2))
     negative, how = negatives.clic_negative(analyses[i], analyses[j], rng)
@@ -322,8 +322,8 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
     else:
       moved = _moved_word(analyses[i].text(), negative)
       kind = "other" if moved is None else _word_kind(moved)
-    counts[kind] = counts.get(kind, 0) + 1
-  return counts
+    counts[kind] += 1
+  return dict(counts)
 
 
 def main(argv=None) -> None:
@@ -339,7 +339,10 @@ def main(argv=None) -> None:
                   help="instead: count what CLIC's hard negatives swap on <workdir>/world's captions, and exit")
   a = ap.parse_args(argv)
   if a.negative_kinds:
-    counts = clic_negative_kinds(os.path.join(a.workdir, "world", "clic_rows.csv"))
+    rows = os.path.join(a.workdir, "world", "clic_rows.csv")
+    if not os.path.exists(rows):
+      ap.error(f"{rows} not found: --negative_kinds reads the world a demo wrote; run the demo in {a.workdir} first")
+    counts = clic_negative_kinds(rows)
     total = sum(counts.values())
     for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]):
       print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")

@@ -72,8 +72,8 @@ def test_clic_negative_kinds_on_the_world(tmp_path):
   neg = "a white star below a red diamond. a green square above a blue circle."  # red ↔ green across the two
   assert demo._moved_word("a red square above a blue circle", neg) == "red"  # pylint: disable=protected-access
   assert demo._moved_word("a white star below a green diamond", neg) == "green"  # pylint: disable=protected-access
-  assert [demo._word_kind(w) for w in ("blue", "star", "large", "left", "picture")] == [  # pylint: disable=protected-access
-      "colour", "shape", "size", "relation", "other"]
+  kinds = [demo._word_kind(w) for w in ("blue", "star", "large", "left", "picture")]  # pylint: disable=protected-access
+  assert kinds == ["colour", "shape", "size", "relation", "other"]
   world = synthetic.write_world(str(tmp_path / "w"), 60, seed=2)
   counts = demo.clic_negative_kinds(world["csv"], n=200, seed=1)
   assert sum(counts.values()) == 200
