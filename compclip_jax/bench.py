@@ -237,4 +237,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  import sys  # pylint: disable=g-import-not-at-top
+  from compclip_jax import config_files  # pylint: disable=g-import-not-at-top
+  sys.argv = config_files.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
   app.run(main)

@@ -4,22 +4,31 @@ What is saved: the TrainState (trainable parameters, optimiser state, step, rng)
 data-iterator states as JSON (`data/step_N.process_P.json`, written *before* orbax commits the step, so a committed
 step always has them). Frozen parameters are not saved: they are re-read from the initial checkpoint, bit for bit.
 A rerun with the same workdir restores the newest step that restores cleanly; a corrupt or half-written one is
-skipped with a warning. Saves are synchronous, which keeps "checkpoint on SIGTERM, then exit" simple and exact.
+skipped with a warning. When checkpoints exist and none restores, `Unrestorable` says so (training must not start
+over on top of them). Nothing is ever deleted that orbax's `keep` did not retire: a step that failed to restore and
+is reached again is moved to `<workdir>/checkpoints_unrestorable/` before the new one is written. Saves are
+synchronous, which keeps "checkpoint on a signal, then exit" simple and exact.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 
+class Unrestorable(RuntimeError):
+  """Checkpoints exist but none restores (user error: the message names each step's reason and the ways out)."""
+
+
 class Checkpointer:
   def __init__(self, workdir: str, keep: int = 3):
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    self.aside_dir = os.path.abspath(os.path.join(workdir, "checkpoints_unrestorable"))
     self.data_dir = os.path.join(self.directory, "data")
     os.makedirs(self.data_dir, exist_ok=True)
     self.manager = ocp.CheckpointManager(
@@ -31,13 +40,23 @@ class Checkpointer:
 
   def save(self, step: int, state, data_states: dict) -> None:
     """Saves `state` (a pytree of jax.Arrays) and this process's `data_states` ({name: json-able}) as `step`."""
+    if step in self.manager.all_steps():  # a step that failed to restore earlier: kept aside, never deleted
+      aside = os.path.join(self.aside_dir, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+      os.makedirs(aside, exist_ok=True)
+      if os.path.exists(self._data_path(step)):
+        os.replace(self._data_path(step), os.path.join(aside, os.path.basename(self._data_path(step))))
+      if jax.process_index() == 0:
+        os.replace(os.path.join(self.directory, str(step)), os.path.join(aside, str(step)))
+      if jax.process_count() > 1:  # every process reloads the step list after the move
+        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+        multihost_utils.sync_global_devices("unrestorable checkpoint moved aside")
+      logging.warning("the unrestorable checkpoint step %d was moved to %s before writing step %d again", step,
+                      aside, step)
+      self.manager.reload()
     tmp = self._data_path(step) + ".tmp"
     with open(tmp, "w") as f:
       json.dump(data_states, f)
     os.replace(tmp, self._data_path(step))
-    if step in self.manager.all_steps():  # a step that failed to restore earlier is replaced, not kept
-      logging.warning("replacing the unrestorable checkpoint step %d in %s", step, self.directory)
-      self.manager.delete(step)
     self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
     self.manager.wait_until_finished()
     kept = set(self.manager.all_steps())
@@ -48,8 +67,10 @@ class Checkpointer:
   def restore_latest(self, abstract_state):
     """(step, state, data_states) of the newest step that restores, or None for a fresh run.
 
-    `abstract_state`: the TrainState tree of jax.ShapeDtypeStruct (with shardings) to restore into.
+    `abstract_state`: the TrainState tree of jax.ShapeDtypeStruct (with shardings) to restore into. Raises
+    Unrestorable when there are steps and none of them restores.
     """
+    failures = []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
         with open(self._data_path(step)) as f:
@@ -58,8 +79,15 @@ class Checkpointer:
         _check_finite(state, step)
         return step, state, data_states
       except Exception as e:  # pylint: disable=broad-except
-        logging.warning("checkpoint step %d in %s cannot be restored (%s: %s); trying the previous one", step,
-                        self.directory, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        failures.append((step, reason))
+        logging.warning("checkpoint step %d in %s cannot be restored (%s); trying the previous one", step,
+                        self.directory, reason)
+    if failures:
+      raise Unrestorable(
+          f"{self.directory} holds {len(failures)} checkpoint(s) and none can be restored into this run ("
+          + "; ".join(f"step {s}: {r}" for s, r in failures) + "). Training does not start over on top of them. "
+          "Use a new --workdir, or, if these checkpoints are not wanted, move the checkpoints folder away first.")
     return None
 
   def close(self) -> None:

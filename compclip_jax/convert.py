@@ -39,7 +39,8 @@ def convert(src: str, dst: str, to: str, model_name: str | None = None, activati
   cfg = model.cfg
   print(f"      {n:,} parameters; text {cfg.text.layers}×{cfg.text.width} ({cfg.text.act}), vision "
         f"{cfg.vision.layers}×{cfg.vision.width} patch {cfg.vision.patch_size} @ {cfg.vision.image_size}px, embed "
-        f"{cfg.embed_dim}; tokenizer: {tokenizer.backend} ({time.perf_counter() - t0:.1f} s)", file=out, flush=True)
+        f"{cfg.embed_dim}; tokenizer: {tokenizer.backend if tokenizer else 'none (see the warning above)'} "
+        f"({time.perf_counter() - t0:.1f} s)", file=out, flush=True)
   t1 = time.perf_counter()
   print(f"[2/2] writing {to} to {dst} …", file=out, flush=True)
   written = save_clip(model, dst, format=to, tokenizer=tokenizer, preprocess=preprocess)

@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from compclip_jax import synthetic, train
+from compclip_jax.metrics import tag as metric_tag
 from compclip_jax.data.tokenizers import T5Tokenizer
 from compclip_jax.models.clip import DTypes
 from compclip_jax.models.t5 import T5Config, T5Decoder
@@ -144,7 +145,7 @@ def report(run_dir: str, workdir: str, method: str) -> dict:
   before, after = evals[0], evals[-1]
   table = {}
   for bench, metric, label in REPORT_ROWS:
-    key = f"eval/{bench}/{metric}"
+    key = metric_tag(f"eval/{bench}/{metric}")  # as metrics.jsonl spells it (recall@1 as recall_at_1)
     if key in before and key in after:
       table[label] = (before[key], after[key])
   lines = [f"| {method} on the synthetic world (held-out pairings, %) | before | after | Δ |", "|---|---|---|---|"]
@@ -188,6 +189,8 @@ SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read")
 
 def sweep_config(name: str):
   """The `:demo` config of a sweep entry (SWEEP_METHODS)."""
+  from compclip_jax import config_files  # pylint: disable=import-outside-toplevel
+  config_files.ensure_importable()  # the installed package's copy of configs/ when not run from a checkout
   from configs import clic, clip, common, negclip, read  # pylint: disable=import-outside-toplevel
   if name == "clip_all":
     c = clip.get_config("demo")

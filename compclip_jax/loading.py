@@ -19,9 +19,9 @@ from flax import nnx
 from compclip_jax.data.images import Preprocess
 from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, T5Tokenizer
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
 from compclip_jax.models.t5 import T5Decoder
-from compclip_jax.weights import files, hf, maps, open_clip, params
+from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, params
 
 FORMATS = ("hf", "open_clip", "compclip")
 COMPCLIP_META = "compclip.json"
@@ -89,7 +89,7 @@ def load_clip_params(path: str, model_name: str | None = None, activation: str |
   `abstract_model(cfg)` builds the abstract model whose shapes the checkpoint must fit (default: fp32 CLIP).
   """
   fmt, cfg, raw = read_checkpoint(path, model_name, activation)
-  make = abstract_model or (lambda c: params.abstract(lambda: CLIP(c, rngs=nnx.Rngs(0))))
+  make = abstract_model or (lambda c: CLIP(c, rngs=ShapeOnlyRngs()))
   abstract = make(cfg)
   flat = raw.to_ours(params.shapes(abstract))
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
@@ -104,8 +104,9 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
   is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
   """
-  make = lambda cfg: params.abstract(lambda: CLIP(cfg, rngs=nnx.Rngs(0), text_dtypes=text_dtypes,
-                                                  vision_dtypes=vision_dtypes, remat_text=remat_text))
+  # Built shape-only from the config (no tracing, no random init): the checkpoint's arrays then fill it.
+  make = lambda cfg: CLIP(cfg, rngs=ShapeOnlyRngs(), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes,
+                          remat_text=remat_text)
   _, flat, tokenizer, preprocess, abstract = load_clip_params(path, model_name, activation, make)
   return params.fill(abstract, flat), tokenizer, preprocess
 
@@ -114,14 +115,17 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
               preprocess: Preprocess | None = None) -> list[str]:
   """Writes `model` as 'hf' (a directory), 'open_clip' (a .safetensors file, or a directory) or 'compclip'.
 
-  Tokenizer files are copied when the tokenizer came from files; `preprocessor_config.json` is written for 'hf' and
-  'compclip'. Returns the paths written. torch is not needed.
+  With `tokenizer`, 'hf' and 'compclip' directories get its files: copied when it came from files, else written from
+  the built-in BPE (vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json), so `CLIPProcessor.
+  from_pretrained(out_path)` works. `preprocessor_config.json` is written for 'hf' and 'compclip' (the one that was
+  read, when `preprocess` came from one). Returns the paths written. torch is not needed.
   """
   if format not in FORMATS:
     raise ValueError(f"format {format!r}: use one of {FORMATS}")
   cfg, flat = model.cfg, params.flat_params(model)
   preprocess = preprocess or Preprocess(size=cfg.vision.image_size)
   if format == "open_clip":
+    open_clip.exportable(cfg)  # before anything is written
     target = os.path.join(out_path, OPEN_CLIP_FILES[0]) if not out_path.endswith(".safetensors") else out_path
     directory = os.path.dirname(os.path.abspath(target))
     os.makedirs(directory, exist_ok=True)
@@ -150,7 +154,23 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
       if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(os.path.join(directory, name)):
         shutil.copyfile(src, os.path.join(directory, name))
         written.append(os.path.join(directory, name))
+  elif tokenizer is not None and format != "open_clip":  # open_clip brings its own tokenizer
+    merges = _builtin_merges(tokenizer)
+    if merges is not None:
+      written += [os.path.join(directory, f) for f in
+                  hf_tokenizer.write_files(directory, merges, tokenizer.context_length, tokenizer.pad_id)]
   return written
+
+
+def _builtin_merges(tokenizer: CLIPTokenizer) -> list[str] | None:
+  """The BPE merges of a built-in (instant-clip-tokenizer) tokenizer, to write as transformers' files."""
+  name, *args = getattr(tokenizer, "_recipe", ()) or (None,)
+  if name == "default":
+    return hf_tokenizer.read_merges(hf_tokenizer.STANDARD_MERGES, 49408)
+  if name == "from_openai_vocab":
+    return hf_tokenizer.read_merges(args[0], args[1])
+  logging.warning("tokenizer backend %r: no tokenizer files written", tokenizer.backend)
+  return None
 
 
 def load_t5_decoder(directory: str, dtypes: DTypes = DTypes()) -> tuple[T5Decoder, T5Tokenizer | None]:

@@ -1,10 +1,17 @@
-"""Metrics: JSONL + TensorBoard events from process 0, a readable console line, and the NaN guard."""
+"""Metrics: JSONL + TensorBoard events from process 0, a readable console line, and the NaN/Inf guard.
+
+After a resume from step S the log continues cleanly: lines of metrics.jsonl past S (written between the checkpoint
+and the interruption, and about to be written again) move to metrics.dropped.jsonl (nothing is lost), the file is
+rewritten atomically, and a marker line {"step": S, "event": "resumed", "dropped": n} follows; TensorBoard purges
+events past S (tensorboardX `purge_step`). A fresh start (S = 0) moves every earlier line away the same way.
+"""
 from __future__ import annotations
 
 import json
 import logging
 import math
 import os
+import re
 import time
 
 import jax
@@ -12,14 +19,62 @@ import numpy as np
 
 
 class NonFiniteLoss(FloatingPointError):
-  pass
+  """The loss, the gradient norm or the parameter norm is NaN/Inf: the state must not be checkpointed."""
+
+
+GUARDED = ("loss", "grad_norm", "param_norm")  # checked before every checkpoint and at every log line
+_ILLEGAL = re.compile(r"[^-/\w.]")  # what TensorBoard accepts in a tag; it renames others with a warning
+
+
+def tag(name: str) -> str:
+  """A metric name as written to both metrics.jsonl and TensorBoard: `recall@5` → `recall_at_5`, any other character
+  TensorBoard calls illegal → `_` (so the two logs use the same names and TensorBoard renames nothing)."""
+  return _ILLEGAL.sub("_", name.replace("@", "_at_"))
+
+
+def flat_hparams(config: dict, prefix: str = "") -> dict[str, int | float | str | bool]:
+  """A nested config dict → {dotted.key: value} with the types TensorBoard's hparams take (others as str)."""
+  out = {}
+  for k, v in config.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(flat_hparams(v, key + "."))
+    else:
+      out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
+  return out
+
+
+def _truncate_after(path: str, step: int) -> int:
+  """Keeps the lines of the JSONL `path` with "step" ≤ `step` (none when `step` is 0), appending the others to
+  `<name>.dropped.jsonl`; atomic (temp file + rename). Returns how many lines were moved."""
+  if not os.path.exists(path):
+    return 0
+  keep, drop = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      if not line.strip():
+        continue
+      try:
+        s = json.loads(line).get("step", 0)
+      except ValueError:  # a half-written last line of a killed run
+        drop.append(line if line.endswith("\n") else line + "\n")
+        continue
+      (keep if step > 0 and s <= step else drop).append(line if line.endswith("\n") else line + "\n")
+  if drop:
+    with open(path.removesuffix(".jsonl") + ".dropped.jsonl", "a", encoding="utf-8") as f:
+      f.writelines(drop)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.writelines(keep)
+    os.replace(tmp, path)
+  return len(drop)
 
 
 class MetricWriter:
   """Writes {step, metrics} to `workdir/metrics.jsonl` and TensorBoard (`workdir/tb`) on process 0 only."""
 
   def __init__(self, workdir: str, total_steps: int, global_batch: int, flops_per_step: float | None = None,
-               peak_flops: float | None = None):
+               peak_flops: float | None = None, start_step: int = 0, hparams: dict | None = None):
     self.primary = jax.process_index() == 0
     self.total, self.batch = total_steps, global_batch
     self.flops, self.peak = flops_per_step, peak_flops
@@ -27,21 +82,33 @@ class MetricWriter:
     self._jsonl = self._tb = None
     if self.primary:
       os.makedirs(workdir, exist_ok=True)
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")  # pylint: disable=consider-using-with
+      path = os.path.join(workdir, "metrics.jsonl")
+      dropped = _truncate_after(path, start_step)
+      if dropped:
+        logging.warning("metrics.jsonl: %d line(s) past step %d (from before the restart) moved to "
+                        "metrics.dropped.jsonl", dropped, start_step)
+      self._jsonl = open(path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+      if start_step:
+        self._jsonl.write(json.dumps({"step": start_step, "event": "resumed", "dropped": dropped}) + "\n")
+        self._jsonl.flush()
       try:
         from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-        self._tb = SummaryWriter(os.path.join(workdir, "tb"))
+        self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1 if start_step else 0)
       except ImportError:
         logging.warning("tensorboardX not installed: no TensorBoard events (metrics.jsonl is still written)")
+      if self._tb and hparams:  # the run's config in TensorBoard's HPARAMS tab, in the run's own event file
+        from tensorboardX.summary import hparams as hp_summary  # pylint: disable=import-outside-toplevel
+        for summary in hp_summary(flat_hparams(hparams), {"loss": 0.0}):
+          self._tb.file_writer.add_summary(summary)
 
   def write(self, step: int, metrics: dict, console: bool = True, rate: bool = True) -> dict:
-    """Host values of `metrics` at `step` (raises NonFiniteLoss on a NaN/Inf loss); returns what was written.
+    """Host values of `metrics` at `step` (raises NonFiniteLoss on a NaN/Inf of GUARDED); returns what was written.
 
     `rate=False` for writes that are not training progress (evaluations): they do not move the throughput clock.
     """
-    values = {k: float(np.asarray(v)) if np.ndim(v) == 0 else np.asarray(v).tolist() for k, v in metrics.items()}
-    if "loss" in values:
-      self.check_finite(step, values["loss"])
+    values = {tag(k): float(np.asarray(v)) if np.ndim(v) == 0 else np.asarray(v).tolist()
+              for k, v in metrics.items()}
+    self.check_finite(step, values)
     now = time.perf_counter()
     if not rate:
       pass
@@ -65,11 +132,13 @@ class MetricWriter:
     return values
 
   @staticmethod
-  def check_finite(step: int, loss) -> None:
-    loss = float(np.asarray(loss))
-    if not math.isfinite(loss):
-      raise NonFiniteLoss(f"loss is {loss} at step {step}: stopping. The last good checkpoint is kept; lower the "
-                          "learning rate or inspect the data of this step (metrics.jsonl has the last values).")
+  def check_finite(step: int, values: dict) -> None:
+    """Raises NonFiniteLoss when any of GUARDED in `values` is NaN/Inf: a finite loss can come with parameters
+    that already overflowed (the loss is computed before the update, the parameter norm after it)."""
+    for name in GUARDED:
+      if name in values and not math.isfinite(v := float(np.asarray(values[name]))):
+        raise NonFiniteLoss(f"{name} is {v} at step {step}: stopping. The last good checkpoint is kept; lower the "
+                            "learning rate or inspect the data of this step (metrics.jsonl has the last values).")
 
   def line(self, step: int, v: dict) -> str:
     parts = [f"step {step}/{self.total}"]

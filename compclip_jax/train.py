@@ -2,8 +2,9 @@
 rules and optimiser, sharded state, jitted steps, restore, loop, export.
 
 Every step kind is one `jax.jit` (state donated); CLIC alternates CLIC and CLIP steps by step number (METHODS §1.4),
-each kind with its own pipeline. Checkpoints hold the trainable state, the optimiser state and every pipeline's
-iterator state, so a rerun with the same workdir continues exactly where the last checkpoint left off.
+each kind with its own pipeline over one shared shuffled order (step g gets global batch g). Checkpoints hold the
+trainable state, the optimiser state and every pipeline's iterator state, so a rerun with the same workdir continues
+exactly where the last checkpoint left off.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -20,15 +22,15 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from compclip_jax import checkpointing, loading, optim, sharding, steps
+from compclip_jax import checkpointing, loading, optim, runinfo, sharding, steps
 from compclip_jax.data import pipeline as pl
-from compclip_jax.data import samples
+from compclip_jax.data import records, samples
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 from compclip_jax.metrics import MetricWriter
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP, DTypes
-from compclip_jax.models.read import READModel, clip_of
+from compclip_jax.models.read import READ_PROJ_INITS, READModel, clip_of, read_proj_init
 from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import hf, params
 
@@ -39,6 +41,16 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 class ConfigError(ValueError):
   pass
+
+
+class Interrupted(Exception):
+  """SIGTERM / SIGINT stopped training after a checkpoint; `exit_code` 143 / 130 (128 + the signal's number), so a
+  scheduler does not mistake the stop for a finished run."""
+
+  def __init__(self, signum: int, step: int, workdir: str):
+    name = signal.Signals(signum).name
+    super().__init__(f"{name}: checkpoint written at step {step} in {workdir}; rerun the same command to resume")
+    self.signum, self.step, self.exit_code = signum, step, 128 + signum
 
 
 # ------------------------------------------------------------------------------------------------- config check
@@ -70,6 +82,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   for name in ("frozen_dtype", "compute_dtype"):
     if c.model[name] not in DTYPE_NAMES:
       errors.append(f"model.{name} {c.model[name]!r}: use one of {DTYPE_NAMES}")
+  if c.model.read_proj_init not in READ_PROJ_INITS:
+    errors.append(f"model.read_proj_init {c.model.read_proj_init!r}: use one of {READ_PROJ_INITS}")
   n_dev, n_proc = jax.device_count(), jax.process_count()
   if c.batch_size % n_dev or c.batch_size % n_proc:
     errors.append(f"batch_size {c.batch_size} is not divisible by the {n_dev} devices / {n_proc} processes")
@@ -88,6 +102,11 @@ def kind_at(c, step: int) -> str:
   return steps.clic_schedule_kind(step, c.clip_every) if c.method == "clic" else step_kinds(c)[0]
 
 
+def schedule_period(c) -> int:
+  """Steps after which `kind_at` repeats: clip_every CLIC steps + 1 CLIP step for CLIC, else 1."""
+  return c.clip_every + 1 if c.method == "clic" and c.clip_every > 0 else 1
+
+
 # --------------------------------------------------------------------------------------------------------- data
 def make_source(c, workdir: str):
   if c.data.generate:  # :runlocal — the synthetic world, written once into the workdir
@@ -99,10 +118,10 @@ def make_source(c, workdir: str):
     multihost_utils.sync_global_devices("synthetic world written")
     world = synthetic.write_world(root, c.data.generate, seed=c.seed)
     if c.data.source == "csv":
-      return CsvSource(world["csv"], world["images"]), world
+      return CsvSource(world["csv"], world["images"], any_image_format=c.data.any_image_format), world
     return CocoSource(world["coco_json"], world["images"], ("train",), read_paraphrases(world["paraphrases"])), world
   if c.data.source == "csv":
-    return CsvSource(c.data.path, c.data.image_root), None
+    return CsvSource(c.data.path, c.data.image_root, any_image_format=c.data.any_image_format), None
   if c.data.source == "coco":
     paras = read_paraphrases(c.data.paraphrases) if c.data.paraphrases else None
     return CocoSource(c.data.path, c.data.image_root, tuple(c.data.splits), paras), None
@@ -113,7 +132,11 @@ def sample_options(c, image_size: int) -> samples.SampleOptions:
   return samples.SampleOptions(image_size=image_size, clic_concat=c.data.clic_concat,
                                clic_imagenet_normalization=c.data.clic_imagenet_normalization,
                                read_target_may_equal_positive=c.data.read_target_may_equal_positive,
-                               negclip_random_caption=c.data.negclip_random_caption)
+                               negclip_random_caption=c.data.negclip_random_caption,
+                               clic_shared_words_across_tags=c.data.clic_shared_words_across_tags,
+                               clic_exclude_nonword=c.data.clic_exclude_nonword,
+                               read_overlapping_swaps=c.data.read_overlapping_swaps,
+                               alpha_premultiplied_resize=c.data.alpha_premultiplied_resize)
 
 
 # ------------------------------------------------------------------------------------------------ model, weights
@@ -147,6 +170,7 @@ def build_model(c, world) -> Model:
       cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
     flat = params.flat_params(make_clip(cfg))
     tok, mean, std = CLIPTokenizer.default(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD
+  tok = tok.with_cleaning(c.data.clean_text)  # METHODS §1.2 step 7: open_clip's ftfy / html cleaning
   if c.method != "read":
     return Model(params.abstract(lambda: make_clip(cfg)), flat, cfg, tok, None, mean, std)
   # READ: CLIP + W + the frozen T5 v1.1 decoder
@@ -165,7 +189,7 @@ def build_model(c, world) -> Model:
   if t5_tok.sp.get_piece_size() > t5_cfg.vocab_size:
     raise ConfigError(f"the T5 tokenizer has {t5_tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
                       f"{t5_cfg.vocab_size}: t5.init's spiece.model and config.json do not belong together")
-  w = nnx.initializers.lecun_normal()(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
+  w = read_proj_init(c.model.read_proj_init)(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
   flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
           "proj.kernel": np.asarray(w)}
   abstract = params.abstract(lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=t5_dt))
@@ -188,6 +212,8 @@ class Trainer:
   step_fns: dict  # kind → jax.jit(step), compiled on first use
   graphdef: object
   mesh: object
+  skips: records.SkipReport | None = None  # every dropped record: read-time rejects and load-time skips
+  n_records: int = 0  # records the data source holds (the run's fingerprint records it)
 
   def global_batch(self, kind: str) -> dict:
     local = next(self.pipes[kind])
@@ -203,7 +229,7 @@ class Trainer:
 def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   """Config check, mesh, data, model + weights, parameter rules, optimiser, sharded state, jitted steps."""
   validate(c)
-  os.makedirs(workdir, exist_ok=True)
+  runinfo.check_writable(workdir)  # a read-only workdir is a one-line error, not a traceback from orbax
 
   # --- mesh
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
@@ -211,6 +237,9 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
 
   # --- data
   source, world = make_source(c, workdir)
+  # read-time rejects: logged with examples, written to <workdir>/skipped.jsonl, checked against max_skip_fraction
+  skips = records.SkipReport.for_workdir(workdir, c.data.max_skip_fraction, jax.process_index())
+  skips.add_source(source)
   if len(source) < c.batch_size // jax.process_count():
     raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
                       f"{c.batch_size // jax.process_count()}")
@@ -225,11 +254,16 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
                         "COCO-style source prepared with --coco_json")
   opts = sample_options(c, size)  # the model's input size, whatever data.image_size says
   kinds = step_kinds(c)
-  pipes = {k: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed + i,
-                                                        num_workers=c.data.num_workers,
-                                                        max_skip_fraction=c.data.max_skip_fraction, options=opts),
+  # One shuffled order for all kinds (METHODS §1.4): step g's batch is global batch g of it, from the pipeline of
+  # kind_at(g); each pipeline builds only its own kind's batches, so each row is used once per epoch.
+  shares = pl.interleave([kind_at(c, g) for g in range(schedule_period(c))])
+  pipes = {k: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed, num_workers=c.data.num_workers,
+                                                        max_skip_fraction=c.data.max_skip_fraction, options=opts,
+                                                        period=shares[k][0], slots=shares[k][1]),
                               model.tokenizer, model.t5_tokenizer, jax.process_index(), jax.process_count())
-           for i, k in enumerate(kinds)}
+           for k in kinds}
+  for k, p in pipes.items():
+    skips.attach(p.skips, k)
   norms = {k: samples.normalization(k, opts, model.preprocess_mean, model.preprocess_std) for k in kinds}
   total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
 
@@ -266,7 +300,8 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   step_fns = {k: jax.jit(steps.make_step(k, graphdef, tx, schedule, norms, c.loss),
                          in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
                          donate_argnums=(0,)) for k in kinds}
-  return Trainer(c, model, kinds, pipes, total, state, frozen, state_sh, batch_sh, step_fns, graphdef, mesh)
+  return Trainer(c, model, kinds, pipes, total, state, frozen, state_sh, batch_sh, step_fns, graphdef, mesh, skips,
+                 n_records=len(source))
 
 
 def compile_step(t: Trainer, kind: str, batch: dict):
@@ -282,30 +317,106 @@ def compile_step(t: Trainer, kind: str, batch: dict):
   return compiled, (cost or {}).get("flops"), peak
 
 
-def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `c` in `workdir` (resuming if it holds checkpoints); returns the last logged metrics."""
+def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[str, ...] = ()) -> dict:
+  """Trains `c` in `workdir` (resuming if it holds checkpoints of the same run); returns the last logged metrics.
+
+  The workdir is one run (compclip_jax/runinfo.py): a rerun whose config or inputs differ from the recorded ones
+  raises runinfo.RunMismatch unless every difference is named in `allow_config_change` (keys or dotted prefixes,
+  e.g. ("total_steps",)); checkpoints that exist but do not restore raise checkpointing.Unrestorable; a workdir held
+  by another live process raises runinfo.WorkdirBusy. SIGTERM / SIGINT write a checkpoint, then raise Interrupted.
+  """
+  validate(c)
+  runinfo.check_writable(workdir)
+  lock = runinfo.Lock(workdir)
+  busy = None
+  if jax.process_index() == 0:  # one holder per run; the other processes follow process 0's verdict
+    try:
+      lock.acquire()
+    except runinfo.WorkdirBusy as e:
+      busy = e
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    if int(multihost_utils.broadcast_one_to_all(np.int32(busy is not None))) and busy is None:
+      busy = runinfo.WorkdirBusy(f"{workdir} is in use by another training process (process 0 says which)")
+  if busy is not None:
+    raise busy
+  try:
+    return _run(c, workdir, tuple(allow_config_change), lock)
+  finally:
+    lock.release()
+
+
+def run_identity(c: ml_collections.ConfigDict, t: Trainer) -> dict:
+  """What makes this run (runinfo.describe): config, parameter shapes, trainable set, data size, schedule length."""
+  return runinfo.describe(c.to_dict(), param_shapes={k: (np.shape(v), np.asarray(v).dtype)
+                                                     for k, v in t.model.flat.items()},
+                          trainable=[".".join(map(str, p)) for p, _ in nnx.to_flat_state(t.state.trainable)],
+                          data_records=t.n_records, total_steps=t.total)
+
+
+def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], lock: runinfo.Lock) -> dict:
   t = setup(c, workdir)
   state, pipes = t.state, t.pipes
 
+  # --- this run, or another one? (before anything in the workdir is read or written)
+  identity = run_identity(c, t)
+  previous = runinfo.load(workdir)
+  changes = runinfo.check(runinfo.differences(previous["identity"], identity), allow, workdir) if previous else []
+
   # --- restore
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  has_steps = os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir))
+  if previous is None and not has_steps and os.path.isdir(os.path.join(workdir, "export")):
+    raise runinfo.WorkdirError(f"{workdir} holds an export but no record of the run that wrote it ({runinfo.RUN_FILE})"
+                               ": use a new --workdir, or move export/ away if it is not wanted")
   ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep)
   abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, t.state_sh)
-  restored = ckpt.restore_latest(abstract_state)
+  try:
+    restored = ckpt.restore_latest(abstract_state)
+  except checkpointing.Unrestorable:
+    ckpt.close()
+    raise
   start = 0
   if restored:
     start, state, data_states = restored
+    if set(pipes) - set(data_states):  # a checkpoint of another method (from before run.json existed)
+      ckpt.close()
+      raise runinfo.RunMismatch(f"checkpoint step {start} in {workdir} holds data states for {sorted(data_states)}, "
+                                f"this run needs {sorted(pipes)}: it is another method's; use a new --workdir")
     for k, p in pipes.items():
       p.restore(data_states[k])
     logging.info("resumed from step %d in %s", start, workdir)
+  if previous is not None and runinfo.unmatched(previous["identity"], identity):
+    logging.warning("%s: not recorded on both sides (another version of compclip_jax), not compared: %s", workdir,
+                    ", ".join(runinfo.unmatched(previous["identity"], identity)))
+  if previous is None and restored:
+    logging.warning("%s has checkpoints but no %s (written by an older version): recording this config as the run's",
+                    workdir, runinfo.RUN_FILE)
+  for k, a, b in changes:
+    logging.warning("continuing with a changed %s: was %s, now %s (--allow_config_change)", k, a, b)
+  if jax.process_index() == 0:
+    runinfo.record(workdir, identity, c.to_json_best_effort(indent=2), previous, changes, start)
+  t.skips.resumed(start)  # skipped.jsonl keeps the load-time skips up to this checkpoint; later ones recur
 
   # --- loop
-  writer = MetricWriter(workdir, t.total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None)
+  writer = MetricWriter(workdir, t.total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None,
+                        start_step=start,  # drops metrics.jsonl lines past `start` (they are about to recur)
+                        hparams=c.to_dict())
   evaluate_at = make_evaluator(c, t, workdir, writer)
   if start == 0:
     evaluate_at(0, state)  # the starting point, for before/after comparisons
   compiled, flops = {}, {}
-  stop = {"sigterm": False}
-  previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
+  stop = {"signum": 0}
+
+  def on_signal(signum, _):
+    if stop["signum"] and signum == signal.SIGINT:  # a second Ctrl-C: out now, without a checkpoint
+      raise KeyboardInterrupt
+    stop["signum"] = signum
+    print(f"{signal.Signals(signum).name}: writing a checkpoint after this step, then stopping"
+          + (" (Ctrl-C again stops at once, without one)" if signum == signal.SIGINT else ""), file=sys.stderr,
+          flush=True)
+
+  handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
   last, recent = {}, {}
   try:
     for step in range(start, t.total):
@@ -322,28 +433,30 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
       done = step + 1
       if done % c.log_every == 0 or done == t.total:
         last = writer.write(done, _log_dict(recent, kind, pipes))
+        lock.heartbeat()
       if done == t.total or (c.evals.every_steps and done % c.evals.every_steps == 0):
         evaluate_at(done, state)
-      if done % c.checkpoint.every_steps == 0 or done == t.total or stop["sigterm"]:
-        writer.check_finite(done, metrics["loss"])  # never checkpoint a diverged state
+      if done % c.checkpoint.every_steps == 0 or done == t.total or stop["signum"]:
+        writer.check_finite(done, metrics)  # never checkpoint a diverged state: loss, grad and parameter norms
         ckpt.save(done, state, {k: p.state() for k, p in pipes.items()})
-      if stop["sigterm"]:
-        logging.warning("SIGTERM: checkpoint written at step %d; rerun the same command to resume", done)
-        break
+        t.skips.checkpoint(done)  # skips since the last checkpoint → skipped.jsonl; counts by reason printed
+      if stop["signum"]:
+        raise Interrupted(stop["signum"], done, workdir)
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for s, h in handlers.items():
+      signal.signal(s, h)
     writer.close()
     ckpt.close()
+    t.skips.finish()
 
   # --- export (frozen parameters from the initial checkpoint, trained ones from the state)
-  if not stop["sigterm"]:
-    if jax.process_count() > 1:  # FSDP shards may live on other hosts: every process joins the gather
-      from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-      trainable = multihost_utils.process_allgather(state.trainable, tiled=True)
-    else:
-      trainable = jax.device_get(state.trainable)
-    if jax.process_index() == 0:
-      export(c, workdir, t.model, trainable)
+  if jax.process_count() > 1:  # FSDP shards may live on other hosts: every process joins the gather
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    trainable = multihost_utils.process_allgather(state.trainable, tiled=True)
+  else:
+    trainable = jax.device_get(state.trainable)
+  if jax.process_index() == 0:
+    export(c, workdir, t.model, trainable)
   return last
 
 
@@ -390,9 +503,13 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
 
 
 def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:
-  """The latest metrics of every step kind (CLIC and its CLIP steps both show), `loss` being this step's."""
+  """The latest metrics of every step kind (CLIC and its CLIP steps both show), `loss` being this step's.
+
+  The unprefixed step metrics (lr, grad_norm, param_norm) are this step's too: `kind` is merged last, whatever order
+  the kinds were first seen in (after a resume that order flips, and an older step's lr would show).
+  """
   out = {"loss": recent[kind]["loss"]}
-  for k, m in recent.items():
+  for k, m in sorted(recent.items(), key=lambda km: km[0] == kind):
     out.update({(f"loss/{k}" if name == "loss" else name): v for name, v in m.items()})
   for k, p in pipes.items():
     out.update({f"data/{k}/{name}": v for name, v in p.stats().items()})

@@ -14,13 +14,25 @@ def base() -> ml_collections.ConfigDict:
   c.method = ""
   c.seed = 0
   c.model = dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16",
-                 compute_dtype="float32", remat_text=False)
+                 compute_dtype="float32", remat_text=False,
+                 # READ's W (METHODS §2.1): "torch_linear" = torch nn.Linear's default, uniform ±1/√fan_in
+                 # (reference); "lecun_normal" = normal with std 1/√fan_in (old, √3 larger)
+                 read_proj_init="torch_linear")
   # t5.random_*: the random decoder of :runlocal (v1.1-large is d_model 1024, vocab 32128, 24 layers)
   c.t5 = dict(init="", random_layers=2, random_d_model=64, random_vocab=0)
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
   c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=("train", "restval"), num_workers=0,
                 max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True, trim_tokens=True,
-                clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False)
+                clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False,
+                # METHODS §1.2 step 6 / §2.2, docs/fidelity.md: shared words removed tag by tag (reference); non-word
+                # tokens no swap candidates (fix); READ swaps only non-overlapping spans (True: reference's garbling)
+                clic_shared_words_across_tags=False, clic_exclude_nonword=True, read_overlapping_swaps=False,
+                # METHODS §1.2 steps 3, 7: images with transparency resized with alpha, then alpha dropped (CLIC
+                # reference; False: alpha dropped first); the CLIP tokenizer cleans text as open_clip (ftfy, html)
+                alpha_premultiplied_resize=True, clean_text=True,
+                # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped
+                # and counted as unsupported_extension (reference filter); True admits every format PIL reads
+                any_image_format=False)
   c.batch_size = 800
   c.num_epochs = 1.0
   c.total_steps = 0  # 0: from num_epochs × records / batch_size

@@ -12,6 +12,11 @@ def get_config(arg: str = ""):
   c = common.base()
   c.method = "read"
   c.data.source = "coco"
+  # METHODS §2.2: the reference trains on Karpathy `train` only (~83k images), not train + restval (~113k)
+  c.data.splits = ("train",)
+  # The reference tokenises with transformers' CLIPTokenizerFast (via CLIPProcessor): NFC, whitespace, lower-case,
+  # no ftfy / html cleaning — our `data.clean_text=False` path (CLIC's open_clip tokenizer cleans: True there).
+  c.data.clean_text = False
   c.batch_size = 256
   c.num_epochs = 5.0
   c.clip_every = 0

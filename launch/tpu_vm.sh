@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Cloud TPU VMs (a single host or a pod slice): create, set up every worker, sync this checkout, start the same
 # training command on all workers (detached, one log per worker), tail the logs, stop (SIGTERM → checkpoint), delete.
-# Every gcloud call goes through `run`, so --dry-run prints exactly what would be executed.
+# Every gcloud call goes through `run`, so --dry-run prints exactly what would be executed; --dry-run is never handed
+# on to a remote command, even when given after --.
 set -euo pipefail
 
 usage() {
   cat <<'TXT'
-usage: launch/tpu_vm.sh COMMAND [options] [-- <python -m compclip_jax.main flags>]
+usage: launch/tpu_vm.sh [options] COMMAND [options] [-- <python -m compclip_jax.main flags>]
 
 commands (in the order of a run):
   create   create the TPU VM            (--accelerator, --version, --spot | --preemptible)
@@ -15,9 +16,12 @@ commands (in the order of a run):
   mount    mount a Cloud Storage bucket on every worker with gcsfuse at /gcs/BUCKET (--bucket=BUCKET)
   run      start the training command on every worker, detached; flags after -- go to compclip_jax.main.
            On a pod, --workdir must be a directory all workers share (checkpoints are written by every
-           worker): the mounted bucket, e.g. --workdir=/gcs/BUCKET/clic, or an NFS/Filestore mount
+           worker): the mounted bucket, e.g. --workdir=/gcs/BUCKET/clic, or an NFS/Filestore mount.
+           Logs are appended to (each start begins with a "==== start" line), never truncated; a worker whose
+           previous `run` of the same --run_name is still alive refuses to start a second one, and training
+           itself refuses a workdir whose lock.json is held by a live process.
   tail     print the end of the logs (--worker=N or all; --follow keeps reading)
-  stop     SIGTERM the training processes: they write a checkpoint and exit; `run` again resumes
+  stop     SIGTERM the training processes: they write a checkpoint and exit with code 143; `run` again resumes
   delete   delete the TPU VM
   ssh      run an arbitrary command on every worker: tpu_vm.sh ssh -- 'nvidia-smi || true'
 
@@ -34,7 +38,7 @@ options (each also from the environment variable in brackets):
   --bucket=BUCKET        for mount                           [TPU_BUCKET]
   --worker=N|all         for tail / ssh                      [default all]
   --follow               for tail: keep following (one worker)
-  --dry-run              print the commands, run nothing
+  --dry-run              print the commands, run nothing (anywhere on the line; never passed on after --)
   -h, --help
 
 A pod slice is the same sequence: every command fans out to all workers (--worker=all); `run` passes
@@ -52,14 +56,7 @@ TXT
 }
 
 [ $# -gt 0 ] || { usage >&2; exit 2; }
-command=$1
-shift
-case "$command" in
-  -h|--help) usage; exit 0 ;;
-  create|sync|setup|mount|run|tail|stop|delete|ssh) ;;
-  *) echo "unknown command: $command (see --help)" >&2; exit 2 ;;
-esac
-
+command=""
 name=${TPU_NAME:-compclip}
 zone=${TPU_ZONE:-}
 project=${TPU_PROJECT:-}
@@ -91,10 +88,28 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
-    *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+    -*) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+    *)
+      [ -z "$command" ] || { echo "unexpected argument: $1 (one command; training flags go after --)" >&2; exit 2; }
+      case "$1" in
+        create|sync|setup|mount|run|tail|stop|delete|ssh) command=$1 ;;
+        *) echo "unknown command: $1 (see --help)" >&2; exit 2 ;;
+      esac ;;
   esac
   shift
 done
+[ -n "$command" ] || { echo "no command given (see --help)" >&2; exit 2; }
+# --dry-run after -- is this script's option given in the wrong place: honoured here, never sent to a worker
+rest=()
+for a in "$@"; do
+  if [ "$a" = --dry-run ]; then
+    dry=1
+    echo "note: --dry-run after -- is taken as this script's --dry-run (nothing runs, nothing is forwarded)" >&2
+  else
+    rest+=("$a")
+  fi
+done
+set -- "${rest[@]+"${rest[@]}"}"
 [ -n "$zone" ] || { echo "--zone (or TPU_ZONE) is required" >&2; exit 2; }
 case "$capacity" in ""|spot|preemptible) ;; *) echo "TPU_CAPACITY must be spot or preemptible" >&2; exit 2 ;; esac
 case "$worker" in all|[0-9]*) ;; *) echo "--worker must be a number or all" >&2; exit 2 ;; esac
@@ -166,10 +181,19 @@ mountpoint -q /gcs/$(q "$bucket") || gcsfuse --implicit-dirs $(q "$bucket") /gcs
     train="python -m compclip_jax.main --distributed"
     for a in "$@"; do train+=" $(q "$a")"; done
     logs="logs/$run_name"
-    # setsid + nohup: the process outlives the ssh session; one log and pid file per worker (named by hostname)
+    # setsid + nohup: the process outlives the ssh session; one log and pid file per worker (named by hostname).
+    # The log is appended to (a restart after preemption keeps the earlier attempt's lines); a live process from an
+    # earlier `run` of this run name makes the worker refuse (exit 1) rather than start a second trainer.
+    pid="$(q "$logs")/worker-\$(hostname).pid"
+    log="$(q "$logs")/worker-\$(hostname).log"
     on_workers all "set -e; cd $(q "$remote_dir"); mkdir -p $(q "$logs"); . .venv/bin/activate
-setsid nohup $train > $(q "$logs")/worker-\$(hostname).log 2>&1 < /dev/null &
-echo \$! > $(q "$logs")/worker-\$(hostname).pid
+if [ -f $pid ] && kill -0 \$(cat $pid) 2>/dev/null; then
+  echo \"\$(hostname): already running (pid \$(cat $pid), see $log): stop it first, or use another --run_name\" >&2
+  exit 1
+fi
+echo \"==== start \$(date -u +%Y-%m-%dT%H:%M:%SZ) on \$(hostname)\" >> $log
+setsid nohup $train >> $log 2>&1 < /dev/null &
+echo \$! > $pid
 echo started on \$(hostname): $(q "$remote_dir/$logs")/worker-\$(hostname).log"
     ;;
   tail)

@@ -12,13 +12,13 @@ from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import TooManySkipped
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
-from compclip_jax.prepare import prepare
+from compclip_jax.prepare import PrepareError, prepare
 from tests import data_fixtures as df
 
 
 @pytest.fixture(scope="module")
 def tagger():
-  return SpacyTagger(parse=True)
+  return SpacyTagger()
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,9 @@ def _cfg(kind, **kw):
 def test_csv_source_rejects_bad_rows_by_file_and_row(clic):
   src, bad, rejected = clic
   assert len(src.rejected) == rejected
-  reasons = sorted(r for r, _ in src.rejected)
+  reasons = sorted(r.reason for r in src.rejected)
   assert reasons == ["non_utf8", "too_few_sentences", "too_few_sentences"]
-  assert all("rows.csv:" in d for _, d in src.rejected)
+  assert all("rows.csv:" in str(r) for r in src.rejected)
   assert all(s == s.lower() for _, ss in src.rows for s in ss)  # METHODS §1.1: lower-cased on load
   assert all(len(ss) >= 2 for _, ss in src.rows)
 
@@ -74,7 +74,7 @@ def test_coco_source_and_paraphrases(tmp_path):
   data = json.loads(path.read_text())
   want = [im for im in data["images"] if im["split"] in ("train", "restval") and im["cocoid"] != 9999]
   assert len(src) == len(want)
-  assert [r for r, _ in src.rejected] == ["no_captions"]
+  assert [r.reason for r in src.rejected] == ["no_captions"]
   rec = src[1]
   assert len(rec["sentences"]) == 5 and rec["paraphrases"] == paras[rec["id"]]
 
@@ -108,6 +108,59 @@ def test_prepare_resumes(clic, tmp_path):
   meta = prepare(src, str(tmp_path), image_size=32, shard_size=10, progress=False)
   assert (tmp_path / "shard-00001.array_record").stat().st_mtime_ns == first  # finished shards are not redone
   assert meta["records"] == len(PreparedSource(str(tmp_path)))
+  (tmp_path / "prepared.json").unlink()  # died before the end: the same manifest resumes and finishes
+  assert prepare(src, str(tmp_path), image_size=32, shard_size=10, progress=False) == meta
+  assert (tmp_path / "shard-00001.array_record").stat().st_mtime_ns == first
+
+
+def test_prepare_refuses_another_manifest_and_rebuilds_its_own_files_only(clic, tmp_path):
+  src = clic[0]
+  prepare(src, str(tmp_path), image_size=32, shard_size=10, progress=False)
+  manifest = json.loads((tmp_path / "manifest.json").read_text())
+  assert manifest["image_size"] == 32 and manifest["shard_size"] == 10 and "parser" in manifest["pos_pipeline"]
+  import os
+  st = os.stat(src.path)
+  assert manifest["files"] == [{"path": os.path.abspath(src.path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}]
+  assert not list(tmp_path.glob("*.tmp"))  # atomic writes leave no temp files
+  before = (tmp_path / "prepared.json").read_text()
+  (tmp_path / "notes.txt").write_text("mine")  # not prepare's: a rebuild must keep it
+  with pytest.raises(PrepareError, match=r"image_size: 32 → 48.*new --out, or --rebuild"):
+    prepare(src, str(tmp_path), image_size=48, shard_size=10, progress=False)
+  assert (tmp_path / "prepared.json").read_text() == before  # nothing touched
+  with pytest.raises(PrepareError, match=r"shard_size: 10 → 7"):
+    prepare(src, str(tmp_path), image_size=32, shard_size=7, progress=False)
+  meta = prepare(src, str(tmp_path), image_size=48, shard_size=10, progress=False, rebuild=True)
+  assert meta["image_size"] == 48 and (tmp_path / "notes.txt").read_text() == "mine"
+  ps = PreparedSource(str(tmp_path))
+  assert samples.eval_image(ps.materialize(ps[0]), 48).shape == (48, 48, 3) and len(ps) == meta["records"]
+
+
+def test_prepare_refuses_a_changed_source_file(tmp_path):
+  csv, root, _, _ = df.write_clic_csv(tmp_path / "data")
+  prepare(CsvSource(str(csv), str(root)), str(tmp_path / "p"), image_size=32, shard_size=50, progress=False)
+  with open(csv, "a", encoding="utf-8") as f:
+    f.write("img000.jpg,one more row,and its second sentence\n")
+  with pytest.raises(PrepareError, match=r"files\.0\.size: \d+ → \d+.*rows: \d+ → \d+"):
+    prepare(CsvSource(str(csv), str(root)), str(tmp_path / "p"), image_size=32, shard_size=50, progress=False)
+
+
+def test_data_of_an_older_prepare_is_refused(clic, tmp_path):
+  src = clic[0]
+  prepare(src, str(tmp_path), image_size=32, shard_size=50, progress=False)
+  meta = json.loads((tmp_path / "prepared.json").read_text())
+  old = {k: v for k, v in meta.items() if k not in ("pos_pipeline", "format", "manifest")}  # what v1 wrote
+  (tmp_path / "prepared.json").write_text(json.dumps(old))
+  with pytest.raises(ValueError, match=r"older version.*not recorded.*re-prepare"):
+    PreparedSource(str(tmp_path))
+  parser_off = {**meta, "pos_pipeline": "spacy 3.8.18 / en_core_web_sm 3.8.0 / tok2vec+tagger+attribute_ruler"}
+  (tmp_path / "prepared.json").write_text(json.dumps(parser_off))
+  with pytest.raises(ValueError, match=r"older version.*tok2vec\+tagger\+attribute_ruler.*re-prepare"):
+    PreparedSource(str(tmp_path))
+  (tmp_path / "manifest.json").unlink()  # a folder written by the old prepare: shards, no manifest
+  with pytest.raises(PrepareError, match=r"no manifest\.json \(made by an older version"):
+    prepare(src, str(tmp_path), image_size=32, shard_size=50, progress=False)
+  prepare(src, str(tmp_path), image_size=32, shard_size=50, progress=False, rebuild=True)
+  assert PreparedSource(str(tmp_path)).meta["pos_pipeline"] == meta["pos_pipeline"]
 
 
 # ------------------------------------------------------------------------------------------------- CLIC samples
@@ -280,18 +333,29 @@ def test_prepare_cli_with_parallel_workers(tmp_path):
   import sys
   path, root, para_path, bad = df.write_coco_json(tmp_path)
   root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  out = subprocess.run([sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
-                        f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2",
-                        "--image_size=32"], capture_output=True, text=True, cwd=root_dir,
-                       env={**os.environ, "PYTHONPATH": root_dir}, check=True)
+  cmd = [sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
+         f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2"]
+  run = lambda *extra: subprocess.run(cmd + list(extra), capture_output=True, text=True, cwd=root_dir,
+                                      env={**os.environ, "PYTHONPATH": root_dir})
+  out = run("--image_size=32")
+  assert out.returncode == 0, out.stderr
   assert "prepare" in out.stderr  # the progress bar
   assert "skipped: " in out.stdout and "no_captions 1" in out.stdout
   ps = PreparedSource(str(tmp_path / "p"))
-  src = CocoSource(str(path), str(root), paraphrases=read_paraphrases(str(para_path)))
+  # prepare's default --splits is Karpathy train only (READ's reference, METHODS §2.2)
+  src = CocoSource(str(path), str(root), ("train",), paraphrases=read_paraphrases(str(para_path)))
+  assert ps.meta.get("options", {}).get("splits", ["train"]) == ["train"]
   bad_in_split = sum(src[i]["image_path"].endswith(tuple(bad)) for i in range(len(src)))
   assert len(ps) == len(src) - bad_in_split and ps.meta["parsed"]
   rec = ps.materialize(ps[0])
   assert any(a["c"] for a in rec["analysis"])  # noun chunks cached for READ
+  again = run("--image_size=32")  # same inputs and options: resumes (nothing left to do)
+  assert again.returncode == 0 and "resuming: " in again.stderr and "same manifest" in again.stderr
+  other = run("--image_size=48")  # a user error: one line, exit 2, no traceback
+  assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
+  (line,) = [x for x in other.stderr.splitlines() if x.strip()]
+  assert line.startswith("prepare: error: ") and "image_size: 32 → 48" in line and "--rebuild" in line
+  assert PreparedSource(str(tmp_path / "p")).image_size == 32
 
 
 def test_global_batch_does_not_depend_on_host_count(prepared, tok, tagger):

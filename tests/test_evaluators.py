@@ -208,15 +208,16 @@ def test_cli_matches_a_transformers_scoring_loop(benchmarks_dir, tmp_path):
   for k, f in enumerate(files):  # placeholder images, different per file
     rng = np.random.default_rng(k)
     Image.fromarray(rng.integers(0, 256, (24 + k % 17, 30 + k % 11, 3), dtype=np.uint8)).save(tmp_path / "images" / f)
-  out = tmp_path / "res.json"
+  out = tmp_path / "res"
   proc = subprocess.run([sys.executable, "-m", "compclip_jax.evaluate", f"--model={tmp_path / 'model'}",
                          "--benchmark=sugarcrepe", f"--data_dir={benchmarks_dir}", f"--image_dir={tmp_path / 'images'}",
                          f"--output={out}", "--batch_size=512"], cwd=ROOT, capture_output=True, text=True,
                         env={**os.environ, "PYTHONPATH": ROOT})
   assert proc.returncode == 0, proc.stderr[-3000:]
-  (record,) = json.loads(out.read_text())
-  assert record["dataset"] == "sugarcrepe" and record["language"] == "en" and record["task"] == "compositionality"
-  assert (tmp_path / "res.md").exists()
+  records = {r["dataset"]: r for r in _clip_benchmark_build(out)}
+  assert sorted(records) == [f"sugar_crepe/{s}" for s in sorted(rows)]
+  assert all(r["language"] == "en" and r["task"] == "image_caption_selection" for r in records.values())
+  assert (out / "results.md").exists() and "| sugarcrepe | swap_att |" in (out / "results.md").read_text()
   # the PyTorch loop
   proc_ = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
   tok = CLIPTokenizer.default(pad_id=49407)
@@ -233,4 +234,55 @@ def test_cli_matches_a_transformers_scoring_loop(benchmarks_dir, tmp_path):
       n = len(data)
       ims = np.stack([img[r["filename"]] for r in data.values()])
       acc = float(np.mean(np.sum(ims * t[:n], 1) > np.sum(ims * t[n:], 1)))
-      assert record["metrics"][subset] == pytest.approx(acc, abs=1e-12), subset
+      assert records[f"sugar_crepe/{subset}"]["acc"] == pytest.approx(acc, abs=1e-12), subset
+
+
+# ------------------------------------------------------------------------------------ clip_benchmark's output format
+def _clip_benchmark_build(folder) -> list[dict]:
+  """clip_benchmark 1.6.2's `build` reader (`clip_benchmark/cli.py:main_build`), restated: it cannot be imported here
+  (its cli imports torchvision, whose PyPI wheel needs CUDA torch). For a folder it reads every name ending in
+  `.json`, `json.load`s it, takes `data["metrics"]` (a KeyError if absent), merges the rest of the record over it,
+  drops `metrics` and adds `model_fullname = model + ' ' + pretrained`."""
+  rows = []
+  for f in os.listdir(folder):
+    if f.endswith(".json"):
+      data = json.load(open(os.path.join(folder, f)))
+      row = dict(data["metrics"])
+      row.update(data)
+      del row["metrics"]
+      row["model_fullname"] = row["model"] + " " + row["pretrained"]
+      rows.append(row)
+  return rows
+
+
+def test_output_folder_is_what_clip_benchmark_build_reads(tmp_path):
+  from compclip_jax.evaluators import output
+  results = {
+      "sugarcrepe": {"task": "compositionality", "dataset": "sugarcrepe", "metrics": {
+          **{s: 0.5 + i / 100 for i, s in enumerate(("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel",
+                                                      "swap_att", "swap_obj"))},
+          **{f"{s}/count": 10 for s in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att",
+                                        "swap_obj")}, "mean": 0.53, "seconds": 1.0}},
+      "winoground": {"task": "compositionality", "dataset": "winoground",
+                     "metrics": {"text": 0.3, "image": 0.2, "group": 0.1, "count": 400, "seconds": 2.0}},
+      "coco_retrieval": {"task": "zeroshot_retrieval", "dataset": "coco_retrieval", "metrics": {
+          "image_retrieval_recall@1": 0.3, "text_retrieval_recall@1": 0.5, "images": 5, "texts": 25}},
+      "vg_relation": {"task": "compositionality", "dataset": "vg_relation", "metrics": {"macro": 0.6}},
+  }
+  written = output.write(str(tmp_path / "out"), results, "ViT-B-32", "/ckpts/my run/step_100", "strict",
+                         {"valse": "valse not found"})
+  names = sorted(os.path.basename(p) for p in written)
+  # clip_benchmark's naming: {dataset with / → _}_{pretrained}_{model}_{language}_{task}.json
+  assert "sugar_crepe_swap_att_step_100_ViT-B-32_en_image_caption_selection.json" in names
+  assert "mscoco_captions_step_100_ViT-B-32_en_zeroshot_retrieval.json" in names
+  assert "winoground_step_100_ViT-B-32_en_image_caption_selection.json" in names
+  assert {"results.md", "skipped.jsonl"} <= set(names) and len(names) == 7 + 3 + 2
+  rows = {r["dataset"]: r for r in _clip_benchmark_build(tmp_path / "out")}
+  assert len(rows) == 10
+  assert rows["sugar_crepe/swap_att"]["acc"] == 0.55 and rows["sugar_crepe/swap_att"]["tie_rule"] == "strict"
+  assert (rows["winoground"]["acc"], rows["winoground"]["text_acc"], rows["winoground"]["image_acc"]) == (0.1, 0.3, 0.2)
+  assert rows["mscoco_captions"]["image_retrieval_recall@1"] == 0.3
+  assert rows["vg_relation"]["macro"] == 0.6 and rows["vg_relation"]["task"] == "compositionality"
+  assert rows["sugar_crepe/add_att"]["model_fullname"] == "ViT-B-32 /ckpts/my run/step_100"
+  assert json.loads((tmp_path / "out" / "skipped.jsonl").read_text()) == {"benchmark": "valse",
+                                                                          "reason": "valse not found"}

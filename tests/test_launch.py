@@ -83,9 +83,9 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
   remote = argv[8].removeprefix("--command=")
   launch = next(l for l in remote.splitlines() if "compclip_jax.main" in l)
   assert launch.startswith("setsid nohup python -m compclip_jax.main --distributed ")
-  assert launch.endswith("> logs/exp\\ 1/worker-$(hostname).log 2>&1 < /dev/null &")
+  assert launch.endswith(" >> logs/exp\\ 1/worker-$(hostname).log 2>&1 < /dev/null &")  # appended, not truncated
   # the worker's shell hands python exactly the flags given here
-  args = launch.removeprefix("setsid nohup python -m compclip_jax.main").split(" > ")[0]
+  args = launch.removeprefix("setsid nohup python -m compclip_jax.main").split(" >> ")[0]
   got = subprocess.run(["bash", "-c", f"printf '%s\\n' {args}"], capture_output=True, text=True,
                        check=True).stdout.splitlines()
   assert got == ["--distributed", *flags]
@@ -133,3 +133,68 @@ def test_tpu_stop_signals_training_but_not_itself():
     assert fake.wait(timeout=10) == -15
   finally:
     fake.kill()
+
+
+def _fake_bin(tmp_path, name: str, body: str) -> dict:
+  """PATH with a fake `name` executable first (a script with `body`)."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir(exist_ok=True)
+  (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+  (bin_dir / name).chmod(0o755)
+  return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_tpu_dry_run_anywhere_before_the_double_dash(tmp_path):
+  env = {**os.environ, "TPU_ZONE": "us-central2-b", **_fake_bin(tmp_path, "gcloud", f"touch {tmp_path}/called\n")}
+  for argv in (["--dry-run", "create"], ["--zone=us-central2-b", "--dry-run", "create", "--spot"],
+               ["create", "--dry-run"]):
+    out = subprocess.run([TPU, *argv], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, (argv, out.stderr)
+    assert _argv(out.stdout.strip())[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "create", "compclip"], argv
+  assert not (tmp_path / "called").exists()
+  out = subprocess.run([TPU, "--dry-run", "create", "delete"], capture_output=True, text=True, env=env)
+  assert out.returncode == 2 and "unexpected argument: delete" in out.stderr
+
+
+def test_tpu_dry_run_after_the_double_dash_runs_nothing_and_is_not_forwarded(tmp_path):
+  """Before: `run -- … --dry-run` really called gcloud, with --dry-run handed to the training command."""
+  env = {**os.environ, "TPU_ZONE": "us-central2-b", **_fake_bin(tmp_path, "gcloud", f"touch {tmp_path}/called\n")}
+  out = subprocess.run([TPU, "run", "--", "--config=configs/clic.py", "--workdir=w", "--dry-run"],
+                       capture_output=True, text=True, env=env)
+  assert out.returncode == 0, out.stderr
+  assert not (tmp_path / "called").exists(), "gcloud was called"
+  remote = _argv(out.stdout.strip())[-1]
+  assert "--workdir=w" in remote and "--dry-run" not in remote
+  assert "taken as this script's --dry-run" in out.stderr
+
+
+def test_tpu_run_appends_logs_and_refuses_a_second_live_launch(tmp_path):
+  """The remote `run` script, executed here with a stand-in python: a second launch while the first lives is
+  refused (exit 1), and a launch after it ended appends to the same log."""
+  remote_dir = tmp_path / "checkout"
+  (remote_dir / ".venv" / "bin").mkdir(parents=True)
+  (remote_dir / ".venv" / "bin" / "activate").write_text("")
+  env = {**os.environ, **_fake_bin(tmp_path, "python", 'echo "training $*"; exec sleep "${SLEEP:-60}"\n')}
+  remote = _argv(_tpu("run", f"--remote_dir={remote_dir}", "--", "--workdir=w").stdout.strip())[-1]
+  remote = remote.removeprefix("--command=")
+  first = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, env=env, timeout=30)
+  assert first.returncode == 0 and "started on" in first.stdout, first
+  pid_file = next((remote_dir / "logs" / "run").glob("*.pid"))
+  pid = int(pid_file.read_text())
+  try:
+    second = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, env=env, timeout=30)
+    assert second.returncode == 1 and "already running" in second.stderr, second
+    assert int(pid_file.read_text()) == pid  # the live job's pid file is untouched
+  finally:
+    os.kill(pid, 9)
+  for _ in range(100):  # wait until the killed job is gone
+    if subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0:
+      break
+    __import__("time").sleep(0.1)
+  third = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, env={**env, "SLEEP": "0"},
+                         timeout=30)
+  assert third.returncode == 0, third
+  __import__("time").sleep(0.5)
+  text = next((remote_dir / "logs" / "run").glob("*.log")).read_text()
+  assert text.count("==== start") == 2, text
+  assert text.count("training -m compclip_jax.main --distributed --workdir=w") == 2, text

@@ -11,7 +11,10 @@ from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 
 EDGE_CASES = ["", "a", "A photo of a CAT", "  multiple   spaces\tand\nnewlines  ", "café naïve façade",
               "emoji 🙂 and ümlaut", "numbers 12345 and 3.14", "punctuation!!! ... ?!", "it's don't we'll they'd",
-              "a dog. a cat.", "red-shirt man, gray horse; 'quoted' \"double\"", "x " * 200]
+              "a dog. a cat.", "red-shirt man, gray horse; 'quoted' \"double\"", "x " * 200,
+              # text cleaning (both backends clean before BPE): entities, curly quotes, mojibake, odd whitespace
+              "tom &amp; jerry &amp;amp; co", "“curly” ‘quotes’", "cafÃ© crÃ¨me", "non\xa0breaking\u2009space",
+              "&lt;b&gt; &#39;x&#39;", "ﬁsh ＡＢＣ"]
 
 
 def _bytes_to_unicode():
@@ -85,6 +88,9 @@ def test_truncation_forces_eot_last_and_pads():
   np.testing.assert_array_equal(ids[0, :8], [49406, 320, 1125, 539, 320, 2368, 49407, 0])  # OpenAI's known ids
   assert ids[1, -1] == 49407 and ids[1, 0] == 49406 and (ids[1, 1:-1] != 49407).all()
   assert tok.count_truncated(["a photo of a cat", "word " * 100]) == 1
+  both, n = tok.encode(["a photo of a cat", "word " * 100, "word " * 75, "word " * 76])  # 75 tokens fit, 76 do not
+  np.testing.assert_array_equal(both[:2], ids)
+  assert n == 2
   assert (CLIPTokenizer.default(pad_id=49407)(["a cat"])[0, 4:] == 49407).all()
 
 
@@ -108,3 +114,63 @@ def test_t5_tokenizer_matches_transformers(tmp_path):
 def test_missing_spiece_model_names_the_file(tmp_path):
   with pytest.raises(FileNotFoundError, match="spiece.model"):
     T5Tokenizer(str(tmp_path / "spiece.model"))
+
+
+# Hand-built expectations of open_clip's / OpenAI's cleaning (ftfy.fix_text, html.unescape twice, whitespace, lower).
+CLEANED = {
+    "Tom &amp; Jerry": "tom & jerry",
+    "&amp;amp;": "&",  # unescaped twice
+    "“Curly” ‘quotes’": "\"curly\" 'quotes'",  # ftfy uncurls quotes
+    "cafÃ©": "café",  # mojibake (UTF-8 read as Latin-1) repaired by ftfy
+    "  a  double   space\tand\nnewline ": "a double space and newline",
+    "non\xa0breaking": "non breaking",
+    "ﬁsh ＡＢＣ": "fish abc",  # ftfy: ligature and full-width characters
+    "it&#39;s": "it's",
+    "plain text": "plain text",
+}
+
+
+def test_clean_text_as_open_clip():
+  from compclip_jax.data.tokenizers import clean_text
+  for raw, want in CLEANED.items():
+    assert clean_text(raw) == want, raw
+
+
+def test_tokenizer_cleans_by_default_and_the_switch_turns_it_off():
+  tok = CLIPTokenizer.default()
+  raw, clean = list(CLEANED), list(CLEANED.values())
+  np.testing.assert_array_equal(tok(raw), tok(clean))
+  # ids of open_clip 2.31's SimpleTokenizer for "Tom &amp; Jerry" (run once, outside the project)
+  np.testing.assert_array_equal(tok(["Tom &amp; Jerry"])[0, :6], [49406, 2435, 261, 9164, 49407, 0])
+  old = tok.with_cleaning(False)
+  differ = (old(raw) != tok(clean)).any(1)
+  assert differ.tolist() == [True, True, True, True, False, False, True, True, False]
+  assert tok.clean and not old.clean
+  assert tok.count_truncated(["&amp; " * 40]) == 0 and old.count_truncated(["&amp; " * 40]) == 1
+
+
+def test_cleaning_survives_pickling_into_workers(tmp_path):
+  import pickle
+  tok = pickle.loads(pickle.dumps(CLIPTokenizer.default().with_cleaning(False)))
+  assert not tok.clean
+  assert CLIPTokenizer.default()(["a &amp; b"]).tolist() != tok(["a &amp; b"]).tolist()
+
+
+def _open_clip_clean(text):
+  """open_clip's `_clean_lower`, written out: basic_clean (ftfy, unescape ×2, strip), whitespace_clean, lower."""
+  import html
+
+  import ftfy
+  text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+  return " ".join(text.split()).strip().lower()
+
+
+def test_plain_ascii_fast_path_equals_ftfy(benchmarks_dir):
+  from compclip_jax.data.tokenizers import clean_text
+  rng = np.random.default_rng(0)
+  alphabet = [chr(c) for c in range(32, 127)] + ["\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x00", "\x7f",
+                                                 "\x1b[31m", "&amp;", "&#39;", "<b>", "é", "Ã©", "“", "\u2028"]
+  texts = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 60)))) for _ in range(3000)]
+  texts += _captions(benchmarks_dir)[:4000]
+  bad = [t for t in texts if clean_text(t) != _open_clip_clean(t)]
+  assert not bad, bad[:5]

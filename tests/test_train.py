@@ -1,5 +1,6 @@
 """Training end to end on the synthetic world: every config's :runlocal, overfitting, frozen parameters, exact resume
-after SIGKILL, and a two-process jax.distributed run against a one-process run."""
+after SIGKILL, signals and their exit codes, a workdir as one run (refusals that leave it untouched), the NaN/Inf guard,
+and a two-process jax.distributed run against a one-process run."""
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from compclip_jax import train
+from compclip_jax import checkpointing, runinfo, train
 from configs import clic, clip, negclip, read
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,6 +98,7 @@ def test_resume_after_sigkill_is_exact(tmp_path):
   while not ckpt.is_dir() and time.time() < deadline:
     assert run.poll() is None, run.communicate()[0][-3000:]
     time.sleep(0.2)
+  _wait_for_step(run, tmp_path / "run" / "metrics.jsonl", 4)  # a line past the checkpoint, to be dropped on resume
   run.send_signal(signal.SIGKILL)
   run.communicate()
   assert not (tmp_path / "run" / "export").exists(), "the run finished before it could be killed"
@@ -108,25 +110,52 @@ def test_resume_after_sigkill_is_exact(tmp_path):
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bitwise on CPU
   ref_m = {m["step"]: m for m in _metrics(tmp_path / "ref") if "loss" in m and "lr" in m}
+  run_steps = [m["step"] for m in _metrics(tmp_path / "run") if "loss" in m and "lr" in m]
+  assert run_steps == list(range(1, 11)), run_steps  # the steps logged after the checkpoint are not repeated
+  assert (tmp_path / "run" / "metrics.dropped.jsonl").exists()  # they moved aside
   run_m = {m["step"]: m for m in _metrics(tmp_path / "run") if "loss" in m and "lr" in m}
-  for step in range(5, 11):  # after the restart: same data, same losses
-    assert run_m[step]["loss"] == ref_m[step]["loss"], step
+  for step in range(5, 11):  # after the restart: same data, same losses, same step metrics
+    for key in ("loss", "lr", "grad_norm", "param_norm"):
+      assert run_m[step][key] == ref_m[step][key], (step, key)
+
+
+def _wait_for_step(run, metrics, after: int):
+  deadline = time.time() + 600
+  while time.time() < deadline:  # the loop is running past `after`
+    assert run.poll() is None, run.communicate()[0][-3000:]
+    if metrics.exists() and any(json.loads(l).get("step", 0) > after and "lr" in l
+                                for l in metrics.read_text().splitlines()[-3:] if l.endswith("}")):
+      return
+    time.sleep(0.2)
+  raise TimeoutError(metrics)
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_resumes(tmp_path):
-  run = _main(tmp_path, "--config.total_steps=400", "--config.checkpoint.every_steps=1000")
-  deadline = time.time() + 600
-  metrics = tmp_path / "metrics.jsonl"
-  while not (metrics.exists() and metrics.read_text().strip()) and time.time() < deadline:  # the loop is running
-    assert run.poll() is None, run.communicate()[0][-3000:]
-    time.sleep(0.2)
-  run.send_signal(signal.SIGTERM)
+def test_signals_checkpoint_and_exit_non_zero_and_a_second_trainer_is_refused(tmp_path):
+  """SIGINT (Ctrl-C) → checkpoint, exit 130; SIGTERM → checkpoint, exit 143 (before: exit 0 / nothing saved); a
+  second process on the live workdir exits 2 at once; the console holds no library INFO lines."""
+  args = ("--config.total_steps=5000", "--config.checkpoint.every_steps=10000")
+  run = _main(tmp_path, *args)
+  _wait_for_step(run, tmp_path / "metrics.jsonl", 0)
+  second = _main(tmp_path, *args)
+  out2, _ = second.communicate(timeout=300)
+  assert second.returncode == 2 and "is in use: training process" in out2 and "Traceback" not in out2, out2
+  assert run.poll() is None
+  run.send_signal(signal.SIGINT)
   out, _ = run.communicate(timeout=300)
-  assert run.returncode == 0, out
-  assert "SIGTERM: checkpoint written" in out
-  steps = [int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]
-  assert steps and max(steps) < 400
+  assert run.returncode == 130, out
+  assert "SIGINT: checkpoint written at step" in out and "rerun the same command to resume" in out
+  assert "Traceback" not in out and "checkpoint_manager.py" not in out and "xla_bridge" not in out, out
+  step = int(out.split("SIGINT: checkpoint written at step ")[1].split()[0])
+  assert [int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()] == [step]
+  assert not (tmp_path / runinfo.LOCK_FILE).exists()
+  again = _main(tmp_path, *args)
+  _wait_for_step(again, tmp_path / "metrics.jsonl", step + 1)
+  again.send_signal(signal.SIGTERM)
+  out, _ = again.communicate(timeout=300)
+  assert again.returncode == 143 and "SIGTERM: checkpoint written" in out, out
+  logged = [m["step"] for m in _metrics(tmp_path) if "lr" in m]
+  assert logged == sorted(set(logged)) and logged[0] == 1, logged
 
 
 @pytest.mark.slow
@@ -179,9 +208,59 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   bad = _cfg("clip", **{"total_steps": 6, "checkpoint.every_steps": 2, "log_every": 1, "optim.lr": float("nan"),
                         "optim.schedule": "constant"})
   from compclip_jax.metrics import NonFiniteLoss
-  with pytest.raises(NonFiniteLoss, match="loss is nan at step 4"):
-    train.run(bad, str(tmp_path))
+  # step 3's update already made the parameters NaN (its loss was still finite): stopped there, not a step later
+  with pytest.raises(NonFiniteLoss, match="param_norm is nan at step 3"):
+    train.run(bad, str(tmp_path), allow_config_change=("total_steps", "optim"))
   assert sorted(d for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()) == ["2"]
+
+
+def test_inf_parameters_with_a_finite_loss_are_not_checkpointed(tmp_path):
+  """lr 1e30: step 1's loss is finite (computed before the update) but its parameters are ±1e30, their norm Inf.
+  Before, checkpoint 1 held that diverged state."""
+  c = _cfg("clip", **{"total_steps": 2, "checkpoint.every_steps": 1, "log_every": 100, "optim.lr": 1e30,
+                      "optim.schedule": "constant"})
+  from compclip_jax.metrics import NonFiniteLoss
+  with pytest.raises(NonFiniteLoss, match="param_norm is inf at step 1"):
+    train.run(c, str(tmp_path))
+  assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]
+
+
+def _files(root):
+  return {os.path.join(r, n): os.stat(os.path.join(r, n)).st_mtime_ns for r, _, fs in os.walk(root) for n in fs}
+
+
+def test_a_workdir_is_one_run(tmp_path):
+  """A rerun with another model shape, another method or another length is refused with the differences and leaves
+  every checkpoint, export and metrics line as it was; an allowed change continues; checkpoints that exist but do
+  not restore stop the run instead of starting over (before: ~178 lines of orbax, a new run from step 0 that deleted
+  the old checkpoints and overwrote the export, exit 0; another method: KeyError)."""
+  w = str(tmp_path)
+  train.run(_cfg("clip", **{"total_steps": 2, "checkpoint.every_steps": 1}), w)
+  assert json.loads((tmp_path / "run.json").read_text())["identity"]["method"] == "clip"
+  assert json.loads((tmp_path / "config.json").read_text())["total_steps"] == 2
+  before = _files(tmp_path / "checkpoints") | _files(tmp_path / "export")
+  metrics = (tmp_path / "metrics.jsonl").read_text()
+  with pytest.raises(runinfo.RunMismatch, match=r"(?s)data.image_size: was 32, now 48.*model.params cannot change"):
+    train.run(_cfg("clip", **{"total_steps": 2, "data.image_size": 48}), w)
+  with pytest.raises(runinfo.RunMismatch, match='method: was "clip", now "negclip"'):
+    train.run(_cfg("negclip", **{"total_steps": 2}), w)
+  with pytest.raises(runinfo.RunMismatch, match="(?s)total_steps: was 2, now 3.*--allow_config_change=total_steps"):
+    train.run(_cfg("clip", **{"total_steps": 3}), w)
+  assert _files(tmp_path / "checkpoints") | _files(tmp_path / "export") == before
+  assert (tmp_path / "metrics.jsonl").read_text() == metrics
+  train.run(_cfg("clip", **{"total_steps": 3, "log_every": 1}), w, allow_config_change=("total_steps",))
+  assert [m["step"] for m in _metrics(tmp_path) if "lr" in m] == [2, 3]
+  assert json.loads((tmp_path / "run.json").read_text())["changes"][0]["changed"] == {"total_steps": [2, 3]}
+  for root, _, files in os.walk(tmp_path / "checkpoints"):  # every checkpoint unreadable
+    for name in files:
+      if "default" in root:
+        with open(os.path.join(root, name), "wb") as f:
+          f.write(b"garbage")
+  kept = _files(tmp_path / "checkpoints")
+  with pytest.raises(checkpointing.Unrestorable, match="holds 3 checkpoint.*none can be restored") as e:
+    train.run(_cfg("clip", **{"total_steps": 3}), w)
+  assert len(str(e.value).splitlines()) == 1
+  assert _files(tmp_path / "checkpoints") == kept
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
@@ -191,10 +270,13 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
       with open(os.path.join(root, name), "wb") as f:
         f.write(b"garbage")
   caplog.set_level("WARNING")
-  train.run(_cfg("clip", **{"total_steps": 8, "log_every": 1}), str(tmp_path))
+  train.run(_cfg("clip", **{"total_steps": 8, "log_every": 1}), str(tmp_path), allow_config_change=("total_steps",))
   assert "checkpoint step 6" in caplog.text and "trying the previous one" in caplog.text
   steps_logged = [m["step"] for m in _metrics(tmp_path) if "lr" in m]
-  assert steps_logged[-5:] == [4, 5, 6, 7, 8]  # resumed after step 3
+  assert steps_logged == [2, 4, 5, 6, 7, 8]  # resumed after step 3; the first run's 4 and 6 moved aside
+  aside = os.listdir(tmp_path / "checkpoints_unrestorable")  # the corrupt step 6 is kept, not deleted
+  assert len(aside) == 1 and aside[0].startswith("6.") and sorted(os.listdir(tmp_path / "checkpoints_unrestorable" /
+                                                                            aside[0])) == ["6", "step_6.process_0.json"]
 
 
 def _losses(workdir):
@@ -249,6 +331,6 @@ def test_evals_run_before_during_and_after_training(tmp_path):
   assert sorted(evals) == [0, 3, 6]
   for m in evals.values():
     assert 0.0 <= m["eval/sugarcrepe/swap_att"] <= 1.0 and "eval/sugarcrepe_pp/mean/itt" in m
-    assert "eval/coco_retrieval/image_retrieval_recall@1" in m
+    assert "eval/coco_retrieval/image_retrieval_recall_at_1" in m  # TensorBoard-legal, same name in both logs
   scores = lambda m: {k: v for k, v in m.items() if k.startswith("eval/") and not k.endswith(("count", "seconds"))}
   assert scores(evals[0]) != scores(evals[6])  # the evaluations see the trained weights

@@ -253,3 +253,212 @@ def test_convert_cli(hf_dir, tmp_path):
 def test_an_hf_weights_file_alone_says_to_pass_its_directory(hf_dir):
   with pytest.raises(ValueError, match="pass the directory"):
     load_clip(str(hf_dir / "model.safetensors"))
+
+
+# ------------------------------------------------------------------ open_clip: never guess the architecture silently
+def _bare_open_clip(tmp_path, oc):
+  """The open_clip state dict alone: no open_clip_config.json, so heads and activation are not recorded."""
+  d = tmp_path / "bare"
+  d.mkdir()
+  safetensors.torch.save_file(oc, d / "model.safetensors")
+  return d / "model.safetensors"
+
+
+def test_a_bare_open_clip_state_dict_asks_for_its_activation(open_clip_file, tmp_path):
+  from compclip_jax.weights.open_clip import ArchitectureUnknownError
+  with pytest.raises(ArchitectureUnknownError,
+                     match=r"activation is not recorded.*activation='quick_gelu'.*model_name"):
+    load_clip(str(_bare_open_clip(tmp_path, open_clip_file[1])))
+
+
+def test_a_bare_state_dict_of_unknown_shapes_is_refused_not_guessed(open_clip_file, tmp_path):
+  """Text width 64 with 4 heads (a ÷64 guess says 1) and vision width 48 (÷64 gave ZeroDivisionError)."""
+  from compclip_jax.weights.open_clip import ArchitectureUnknownError
+  with pytest.raises(ArchitectureUnknownError, match=r"(?s)attention heads is not recorded.*text.width 64.*"
+                                                     r"vision.width 48.*model_name=.*ViT-H-14.*open_clip_config.json"):
+    load_clip(str(_bare_open_clip(tmp_path, open_clip_file[1])), activation="quick_gelu")
+
+
+def test_a_shape_matched_builtin_gives_the_heads_and_says_so(open_clip_file, hf_model, batch, tmp_path, monkeypatch,
+                                                             caplog):
+  from compclip_jax.models import clip_config
+  monkeypatch.setitem(clip_config.OPEN_CLIP_MODELS, "Tiny-Test", {k: v for k, v in TINY_OPEN_CLIP_CFG.items()
+                                                                  if k != "quick_gelu"})
+  with caplog.at_level("WARNING"):
+    model, _, _ = load_clip(str(_bare_open_clip(tmp_path, open_clip_file[1])), activation="quick_gelu")
+  assert "matches the built-in Tiny-Test" in caplog.text and "(text 4, vision 3)" in caplog.text
+  txt, img = _embed(model, batch)
+  np.testing.assert_allclose(txt, fx.hf_text(hf_model, batch[0]), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(img, fx.hf_image(hf_model, batch[1]), atol=1e-4, rtol=0)
+
+
+# open_clip's published model profile (docs/model_profile.csv): total / image / text parameters in millions.
+OPEN_CLIP_PROFILE = {"ViT-B-32": (151.28, 87.85, 63.43), "ViT-H-14": (986.11, 632.08, 354.03),
+                     "ViT-g-14": (1366.68, 1012.65, 354.03), "ViT-bigG-14": (2539.57, 1844.91, 694.66)}
+# open_clip's model_configs: vision head_width, text heads
+OPEN_CLIP_HEADS = {"ViT-B-32": (64, 8), "ViT-H-14": (80, 16), "ViT-g-14": (88, 16), "ViT-bigG-14": (104, 20)}
+
+
+@pytest.mark.parametrize("name", sorted(OPEN_CLIP_PROFILE))
+def test_big_open_clip_names_have_their_real_shapes(name):
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP, ShapeOnlyRngs
+  from compclip_jax.weights import params
+  cfg = clip_config.named(name)
+  assert cfg.text.act == cfg.vision.act == "gelu" and clip_config.named(f"{name}-quickgelu").text.act == "quick_gelu"
+  assert (cfg.vision.width // cfg.vision.heads, cfg.text.heads) == OPEN_CLIP_HEADS[name]
+  shapes = params.shapes(CLIP(cfg, rngs=ShapeOnlyRngs()))
+  count = lambda keep: round(sum(int(np.prod(s)) for k, s in shapes.items() if keep(k)) / 1e6, 2)
+  image = lambda k: k.startswith(("vision_model.", "visual_projection."))
+  assert (count(lambda k: True), count(image), count(lambda k: not image(k))) == OPEN_CLIP_PROFILE[name]
+
+
+def test_open_clip_config_with_a_non_plain_tower_or_bad_head_width_is_refused(open_clip_file):
+  path, _ = open_clip_file
+  side = path.parent / "open_clip_config.json"
+  for change, match in (({"vision_cfg": {"attentional_pool": True}}, "not a plain CLIP tower"),
+                        ({"vision_cfg": {"head_width": 20}}, "head_width 20 does not divide width 48"),
+                        ({"vision_cfg": {"head_width": 64}}, "head_width 64 does not divide width 48")):
+    cfg = json.loads(json.dumps(TINY_OPEN_CLIP_CFG))
+    cfg["vision_cfg"].update(change["vision_cfg"])
+    side.write_text(json.dumps({"model_cfg": cfg}))
+    with pytest.raises(ValueError, match=match):
+      load_clip(str(path))
+
+
+def test_open_clip_export_refuses_a_pooling_rule_open_clip_cannot_express(tmp_path):
+  """open_clip pools at argmax(ids): the same as HF's 'first eos' only when eos is the largest id."""
+  hf = fx.random_hf_clip(fx.hf_clip_config("quick_gelu", eos_token_id=5), seed=1)
+  hf.save_pretrained(tmp_path / "eos5")
+  model, _, _ = load_clip(str(tmp_path / "eos5"))
+  with pytest.raises(ValueError, match=r"first eos_token_id 5, open_clip at argmax.*format='hf'"):
+    save_clip(model, str(tmp_path / "oc5"), format="open_clip")
+  assert not (tmp_path / "oc5").exists()
+  # eos = the largest id: argmax finds the first eos, so the export is faithful and reloads to the same features
+  ids = fx.varied_ids(4, 77, 49408, 49407, 0, seed=8)
+  fx.random_hf_clip(fx.hf_clip_config("quick_gelu", eos_token_id=49407), seed=1).save_pretrained(tmp_path / "eos")
+  model, _, _ = load_clip(str(tmp_path / "eos"))
+  save_clip(model, str(tmp_path / "oc"), format="open_clip")
+  again, _, _ = load_clip(str(tmp_path / "oc"))
+  assert again.cfg.text.pools_at_argmax
+  np.testing.assert_array_equal(np.asarray(model.encode_text(ids)), np.asarray(again.encode_text(ids)))
+
+
+# ------------------------------------------------------------------------ HF export: tokenizer and processor files
+BENCHMARKS = os.path.join(os.path.dirname(ROOT), "shared", "benchmarks")
+
+
+def _sugarcrepe_captions() -> list[str]:
+  import glob
+  files_ = sorted(glob.glob(os.path.join(BENCHMARKS, "sugarcrepe", "*.json")))
+  if not files_:
+    pytest.skip(f"{BENCHMARKS}/sugarcrepe not found (the team's shared benchmark files)")
+  caps = []
+  for f in files_:
+    caps += [r["caption"] for r in json.loads(open(f).read()).values()]
+  return caps
+
+
+def test_hf_export_with_the_builtin_tokenizer_loads_in_clip_processor(hf_dir, tmp_path):
+  """CLIPProcessor.from_pretrained(export): same ids as ours on every SugarCrepe caption where HF's cleaning (NFC,
+  whitespace, lower-case) and ours (also ftfy + html.unescape, as open_clip) see the same text; same pixels."""
+  from compclip_jax.data.images import Preprocess
+  from compclip_jax.data.tokenizers import clean_text, normalize_whitespace
+  from tests.test_preprocess import _photo  # pylint: disable=import-outside-toplevel
+  (hf_dir / "preprocessor_config.json").write_text(json.dumps(Preprocess(32, resize=40).to_hf_dict()))
+  model, tok, pre = load_clip(str(hf_dir))
+  assert tok.backend == "instant-clip-tokenizer" and pre.resize == 40
+  written = save_clip(model, str(tmp_path / "out"), format="hf", tokenizer=tok, preprocess=pre)
+  assert {os.path.basename(p) for p in written} >= {"vocab.json", "merges.txt", "tokenizer_config.json",
+                                                    "special_tokens_map.json", "preprocessor_config.json"}
+  proc = transformers.CLIPProcessor.from_pretrained(tmp_path / "out")
+  caps = sorted(set(_sugarcrepe_captions()))
+  same = [c for c in caps if clean_text(c) == normalize_whitespace(c).lower()]
+  assert len(same) > 0.99 * len(caps)
+  theirs = proc(text=same, padding="max_length", max_length=77, truncation=True, return_tensors="np")["input_ids"]
+  np.testing.assert_array_equal(tok(same), theirs)
+  imgs = [_photo(480, 640, seed=1), _photo(700, 500, seed=2), _photo(33, 90, seed=3)]
+  px = proc(images=imgs, return_tensors="np")["pixel_values"].transpose(0, 2, 3, 1)
+  np.testing.assert_array_equal(np.stack([pre(im) for im in imgs]), px)
+  again, tok2, pre2 = load_clip(str(tmp_path / "out"))  # the export reloads with its files: same ids, same transform
+  assert tok2.backend == "transformers" and pre2 == pre
+  np.testing.assert_array_equal(tok2(same[:200]), tok(same[:200]))
+
+
+def test_convert_a_nonstandard_vocabulary_without_tokenizer_files_warns_and_converts(tmp_path, caplog):
+  from compclip_jax.convert import convert
+  import io
+  fx.random_hf_clip(fx.hf_clip_config("quick_gelu", vocab_size=1000), seed=2).save_pretrained(tmp_path / "v1000")
+  out = io.StringIO()
+  with caplog.at_level("WARNING"):
+    written = convert(str(tmp_path / "v1000"), str(tmp_path / "out"), "hf", out=out)
+  assert "vocab size 1000" in caplog.text and "tokenizer: none" in out.getvalue()
+  assert {os.path.basename(p) for p in written} == {"config.json", "model.safetensors", "preprocessor_config.json"}
+  a = safetensors.torch.load_file(tmp_path / "v1000" / "model.safetensors")
+  b = safetensors.torch.load_file(tmp_path / "out" / "model.safetensors")
+  for k in b:
+    assert torch.equal(a[k], b[k]), k
+
+
+# ------------------------------------------------------------------------------------ open_clip loads our export
+OPEN_CLIP_SKIP = (
+    "open_clip_torch is not installed. It cannot be installed here with its dependencies: it needs torchvision, and "
+    "the PyPI wheel torchvision==0.28.0 (the one for torch 2.13.0) is a CUDA build whose _C.so links libtorch_cuda.so "
+    "and libc10_cuda.so, absent from the CPU torch, so `import torchvision` fails ('operator torchvision::nms does "
+    "not exist'; the +cpu wheel is only on PyTorch's own index, not reachable here) — and a broken torchvision would "
+    "also break transformers' image processors. `pip install --no-deps open_clip_torch==3.3.0` enables this test: "
+    "it runs open_clip in a subprocess with a torchvision stand-in (tests/open_clip_stub).")
+
+
+def test_open_clip_itself_loads_our_export(hf_model, batch, tmp_path):
+  """`open_clip.create_model('local-dir:…')` on our open_clip export gives transformers' features on the same
+  weights (open_clip's own CLIP modules, fused attention and QuickGELU)."""
+  import importlib.util
+  if importlib.util.find_spec("open_clip") is None:
+    pytest.skip(OPEN_CLIP_SKIP)
+  model, _, pre = load_clip(str(_hf_dir_of(hf_model, tmp_path)))
+  save_clip(model, str(tmp_path / "oc"), format="open_clip", preprocess=pre)
+  ids, px = batch
+  np.savez(tmp_path / "in.npz", ids=ids, px=px)
+  stub = os.path.join(ROOT, "tests", "open_clip_stub")
+  proc = subprocess.run([sys.executable, os.path.join(stub, "load_export.py"), str(tmp_path / "oc"),
+                         str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True,
+                        env={**os.environ, "PYTHONPATH": stub}, cwd=tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = np.load(tmp_path / "out.npz")
+  np.testing.assert_allclose(out["text"], fx.hf_text(hf_model, ids), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(out["image"], fx.hf_image(hf_model, px), atol=1e-4, rtol=0)
+
+
+def _hf_dir_of(hf_model, tmp_path):
+  d = tmp_path / "hf_for_open_clip"
+  hf_model.save_pretrained(d)
+  return d
+
+
+def test_load_clip_builds_the_model_from_the_config_without_tracing(hf_dir, batch, monkeypatch):
+  """Shapes come from the config (a shape-only build), not from tracing the model: eval_shape is never called."""
+  import jax
+  from flax import nnx
+  ref, _, _ = load_clip(str(hf_dir))
+
+  def refuse(*a, **k):
+    raise AssertionError("load_clip traced the model")
+  monkeypatch.setattr(nnx, "eval_shape", refuse)
+  monkeypatch.setattr(jax, "eval_shape", refuse)
+  model, _, _ = load_clip(str(hf_dir))
+  for x, y in zip(_embed(ref, batch), _embed(model, batch)):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_an_hf_config_without_eos_token_id_pools_as_transformers_does(tmp_path, batch):
+  """A missing key takes transformers' default (eos 49407), not our legacy rule: same features as CLIPModel."""
+  hf = fx.random_hf_clip(fx.hf_clip_config("quick_gelu", eos_token_id=999, vocab_size=1000), seed=5)
+  hf.save_pretrained(tmp_path / "m")
+  cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+  del cfg["text_config"]["eos_token_id"]
+  (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+  ref = transformers.CLIPModel.from_pretrained(tmp_path / "m").eval()
+  model, _, _ = load_clip(str(tmp_path / "m"))
+  ids = fx.varied_ids(4, 77, 1000, 999, 0, seed=6)
+  np.testing.assert_allclose(np.asarray(model.encode_text(ids)), fx.hf_text(ref, ids), atol=1e-4, rtol=0)

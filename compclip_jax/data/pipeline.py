@@ -6,6 +6,10 @@ global `jax.Array`s.
   `restore()`) is checkpointed with the model.
 - Multi-host: global batch g is positions [g·B, (g+1)·B) of the order; process p builds rows [p·B/P, (p+1)·B/P) of
   it. Hosts read disjoint positions that cover the data, and the global batch does not depend on the host count.
+- One order for all step kinds (METHODS §1.4): CLIC's CLIC and CLIP steps each have a pipeline, but both read the
+  same shuffled order, each taking its own global batches of it (`PipelineConfig.period` / `slots`, `interleave`):
+  step g's batch is global batch g whatever its kind, so each row is used once per epoch, alternately by the two.
+  A skipped record is refilled from the same kind's next positions, so a pipeline never reads another's rows.
 - CLIC partners (METHODS §1.2 step 2): drawn uniformly from a bucket → indices table of same-orientation records.
 - Bad records never stop a run and are never silent: the transform returns a skip marker, the main process counts it
   by reason (`SkipCounter`, which fails the run past `max_skip_fraction`) and fills the batch with the next sample.
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Iterator
+import json
+import logging
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -25,7 +31,8 @@ from compclip_jax.data.records import BadRecord, SkipCounter
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 
 KINDS = ("clic", "clic_clip", "clip", "negclip", "read")
-NEG_KINDS = (neg.CROSS, neg.FALLBACK_SINGLE, neg.SINGLE, neg.READ_RULE, neg.NONE)
+NEG_KINDS = (neg.CROSS, neg.FALLBACK_SINGLE, neg.SINGLE, neg.READ_RULE, neg.NONE, neg.READ_OVERLAP_SKIPPED,
+             neg.READ_OVERLAP_NONE, neg.READ_GARBLED)  # append only: checkpointed counters are by name
 PARTNER_RETRIES = 3
 
 
@@ -39,10 +46,25 @@ class PipelineConfig:
   max_skip_fraction: float = 0.05
   t5_max_length: int = 77
   options: samples.SampleOptions = samples.SampleOptions()
+  # Of every `period` consecutive global batches of the shuffled order, this pipeline builds those at `slots`
+  # (`interleave`); pipelines that share an order need the same seed, batch size and num_epochs.
+  period: int = 1
+  slots: tuple[int, ...] = (0,)
 
   def __post_init__(self):
     if self.kind not in KINDS:
       raise ValueError(f"pipeline kind {self.kind!r}: use one of {KINDS}")
+    if not self.slots or list(self.slots) != sorted(set(self.slots)) or not 0 <= self.slots[0] <= self.slots[-1] \
+        < self.period:
+      raise ValueError(f"pipeline slots {self.slots} of period {self.period}: need sorted distinct slots in "
+                       f"[0, {self.period})")
+
+
+def interleave(cycle: Sequence[str]) -> dict[str, tuple[int, tuple[int, ...]]]:
+  """Step kinds of one period of a schedule (e.g. CLIC's ["clic", "clic_clip"]) → {kind: (period, slots)} for
+  `PipelineConfig`: step g takes global batch g of the one shared order from the pipeline of kind cycle[g % period].
+  """
+  return {k: (len(cycle), tuple(i for i, x in enumerate(cycle) if x == k)) for k in dict.fromkeys(cycle)}
 
 
 def partner_table(wide: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +83,7 @@ class SampleTransform:
     if cfg.kind == "read" and t5_tokenizer is None:
       raise ValueError("the READ pipeline needs the T5 tokenizer (the decoder checkpoint's spiece.model)")
     self.source, self.cfg, self.tok, self.t5 = source, cfg, tokenizer, t5_tokenizer
-    self.tagger = tagger or SpacyTagger(parse=cfg.kind == "read")
+    self.tagger = tagger or SpacyTagger()
     self.buckets = partner_table(np.asarray(source.wide)) if cfg.kind == "clic" and cfg.options.clic_concat else None
 
   def _record(self, i: int) -> dict:
@@ -94,11 +116,12 @@ class SampleTransform:
       s = samples.negclip_sample(rec, rng, self.tagger, opts)
     else:
       s = samples.read_sample(rec, rng, self.tagger, opts)
-    out = {"image": s["image"], "ids": self.tok(s["texts"]),
-           "truncated": np.int32(self.tok.count_truncated([t for t in s["texts"] if t]))}
+    ids, truncated = self.tok.encode(s["texts"])  # one cleaning + BPE pass (an empty text is never truncated)
+    out = {"image": s["image"], "ids": ids, "truncated": np.int32(truncated)}
     if "neg_valid" in s:
       out["neg_valid"] = np.asarray(s["neg_valid"], bool)
-      out["neg_kind"] = np.int8(NEG_KINDS.index(s["neg_kind"]))
+      # one kind per sample (CLIC, NegCLIP) or per negative (READ: a list)
+      out["neg_kind"] = np.asarray([NEG_KINDS.index(k) for k in np.atleast_1d(s["neg_kind"])], np.int8)
     if kind == "read":
       out["para_ids"] = self.tok([s["paraphrase"]])[0]
       target = self.t5([s["target"]], self.cfg.t5_max_length)[0]
@@ -110,18 +133,29 @@ class SampleTransform:
 class _LocalPositions:
   """Local index k → global position q in the epoch-repeated order, such that global batch g is positions
   [g·B, (g+1)·B) and process p builds rows [p·Bl, (p+1)·Bl) of it (Bl = B / P). The global batch is therefore the
-  same whatever the number of processes."""
+  same whatever the number of processes. With `period` / `slots`, this pipeline's j-th batch is global batch
+  g = (j // len(slots))·period + slots[j % len(slots)] (the others belong to the pipelines of other step kinds)."""
 
-  def __init__(self, global_batch: int, process_index: int, process_count: int):
+  def __init__(self, global_batch: int, process_index: int, process_count: int, period: int = 1,
+               slots: Sequence[int] = (0,)):
     self.b, self.bl, self.p = global_batch, global_batch // process_count, process_index
+    self.period, self.slots = period, tuple(slots)
+
+  def batch(self, j: int) -> int:
+    """The global batch index of this pipeline's j-th batch."""
+    cycles, r = divmod(j, len(self.slots))
+    return cycles * self.period + self.slots[r]
 
   def __call__(self, k: int) -> int:
-    return (k // self.bl) * self.b + self.p * self.bl + k % self.bl
+    return self.batch(k // self.bl) * self.b + self.p * self.bl + k % self.bl
 
   def count(self, n: int) -> int:
-    """How many of the positions [0, n) are this process's."""
-    full, rem = divmod(n, self.b)
-    return full * self.bl + min(max(rem - self.p * self.bl, 0), self.bl)
+    """How many of the positions [0, n) are this process's (and this pipeline's)."""
+    full, rem = divmod(n, self.b)  # global batches 0..full-1 complete, batch `full` has rem positions
+    cycles, r = divmod(full, self.period)
+    batches = cycles * len(self.slots) + sum(s < r for s in self.slots)
+    partial = min(max(rem - self.p * self.bl, 0), self.bl) if r in self.slots else 0
+    return batches * self.bl + partial
 
 
 class _SampleAt:
@@ -132,7 +166,10 @@ class _SampleAt:
     self.order, self.transform, self.seed = order, transform, seed
 
   def __call__(self, q: int) -> dict:
-    return self.transform(self.order[q], np.random.default_rng([self.seed, q]))
+    index = self.order[q]
+    out = self.transform(index, np.random.default_rng([self.seed, q]))
+    out["record"], out["position"] = np.int64(index), np.int64(q)  # host-side bookkeeping (`Batches.last_records`)
+    return out
 
 
 def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
@@ -142,7 +179,7 @@ def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_token
   if cfg.batch_size % process_count:
     raise ValueError(f"global batch {cfg.batch_size} is not divisible by the {process_count} processes")
   order = grain.MapDataset.range(len(source)).shuffle(seed=cfg.seed).repeat(cfg.num_epochs)
-  positions = _LocalPositions(cfg.batch_size, process_index, process_count)
+  positions = _LocalPositions(cfg.batch_size, process_index, process_count, cfg.period, cfg.slots)
   transform = SampleTransform(source, cfg, tokenizer, t5_tokenizer, tagger)
   ds = grain.MapDataset.range(positions.count(len(order))).map(positions).map(_SampleAt(order, transform, cfg.seed))
   it = ds.to_iter_dataset()
@@ -158,37 +195,52 @@ class Batches:
   """Iterator of local batches (dicts of stacked numpy arrays); counts skips, negative kinds and truncations.
 
   `state()` is exact at batch boundaries: restoring it continues with the same batches an uninterrupted run sees.
+  `last_records` / `last_positions`: the record indices and order positions of the last batch's rows (host side).
   """
 
-  def __init__(self, dataset, local_batch: int, max_skip_fraction: float = 0.05):
+  def __init__(self, dataset, local_batch: int, max_skip_fraction: float = 0.05, layout: dict | None = None):
     self._ds, self.local_batch = dataset, local_batch
+    self.layout = layout or {}  # which positions of which order this pipeline reads; checked on restore
     self._it: Any = iter(dataset)
     self.skips = SkipCounter(max_skip_fraction)
     self.neg_kinds: collections.Counter = collections.Counter()
     self.truncated = 0
+    self.last_records = self.last_positions = np.zeros(0, np.int64)
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    items = []
+    items, records, positions = [], [], []
     while len(items) < self.local_batch:
       x = next(self._it)
+      record, position = x.pop("record", -1), x.pop("position", -1)
       if "skip" in x:
         self.skips.skip(x["skip"], x["detail"])
         continue
       self.skips.ok()
       self.truncated += int(x.pop("truncated"))
       if "neg_kind" in x:
-        self.neg_kinds[NEG_KINDS[int(x.pop("neg_kind"))]] += 1
+        self.neg_kinds.update(NEG_KINDS[int(k)] for k in x.pop("neg_kind"))
       items.append(x)
+      records.append(record)
+      positions.append(position)
+    self.last_records, self.last_positions = np.array(records, np.int64), np.array(positions, np.int64)
     return {k: np.stack([x[k] for x in items]) for k in items[0]}
 
   def state(self) -> dict:
     return {"grain": self._it.get_state(), "skips": self.skips.state(), "neg_kinds": dict(self.neg_kinds),
-            "truncated": self.truncated}
+            "truncated": self.truncated, "layout": self.layout}
 
   def restore(self, state: dict) -> None:
+    saved = state.get("layout")
+    if saved is None:
+      logging.warning("pipeline state without a layout (written before CLIC's CLIC and CLIP steps shared one order): "
+                      "resuming it continues with other rows than the run that wrote it")
+    elif json.loads(json.dumps(saved)) != json.loads(json.dumps(self.layout)):
+      raise ValueError(f"the checkpointed pipeline read {saved}, this run reads {self.layout}: seed, batch size or "
+                       "CLIC alternation (clip_every) changed, so resuming would not continue the same stream; use a "
+                       "new workdir or the original settings")
     self._it = iter(self._ds)
     self._it.set_state(state["grain"])
     self.skips.restore(state["skips"])
@@ -203,7 +255,9 @@ class Batches:
 def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None) -> Batches:
   ds = make_dataset(source, cfg, tokenizer, t5_tokenizer, process_index, process_count, tagger)
-  return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction)
+  layout = {"kind": cfg.kind, "seed": cfg.seed, "batch_size": cfg.batch_size, "num_epochs": cfg.num_epochs,
+            "period": cfg.period, "slots": list(cfg.slots), "records": len(source)}
+  return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction, layout)
 
 
 TOKEN_KEYS = ("ids", "para_ids")

@@ -4,8 +4,10 @@ Every source is a sequence of raw records (`len`, `[i]`, picklable for grain wor
 `materialize(raw) -> record` which reads the image and raises `BadRecord` (counted, never silent) when it cannot.
 `wide[i]` gives each record's orientation (METHODS §1.2 step 1) for CLIC's partner buckets, or -1 when unknown.
 
-Rows that are bad on their face (fewer than 2 sentences for CLIC, empty or non-UTF-8 captions) are dropped when the
-source is read and reported by file and row in `source.rejected`.
+Rows that are bad on their face (fewer than 2 sentences for CLIC, empty or non-UTF-8 captions, an unsupported image
+extension, COCO entries without split, filename or captions) are dropped when the source is read and listed, by file
+and row or entry, in `source.rejected` (`records.Rejected`); `source.read_rejects()` hands them, with the number of
+records examined, to the run's `records.SkipReport`, which also counts the skips when images are loaded.
 """
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ import numpy as np
 from PIL import Image
 
 from compclip_jax.data.images import load_image, orientation
-from compclip_jax.data.negatives import Analysis
-from compclip_jax.data.records import BadRecord
+from compclip_jax.data.negatives import Analysis, pos_pipeline_has_parser
+from compclip_jax.data.records import BadRecord, Rejected
 
 PREPARED_META = "prepared.json"
+# 2: coarse POS from spaCy's full pipeline (parser on), verb phrases = Matcher spans, `pos_pipeline` recorded
+PREPARED_FORMAT = 2
 
 
 def _clean(s: str) -> str:
@@ -39,35 +43,86 @@ def _image_orientation(path: str) -> int:
     return -1
 
 
-class CsvSource:
-  """CLIC rows: header-less CSV `image_path, sentence_1, …` (METHODS §1.1), lower-cased, images under `image_root`."""
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")  # the reference's row filter: str.endswith, case-sensitive (§1.1)
 
-  def __init__(self, csv_path: str, image_root: str, min_sentences: int = 2, lowercase: bool = True):
+
+def _first_surrogate(fields: Sequence[str]) -> tuple[int, int, int] | None:
+  """(field index, character index, original byte) of the first undecodable byte (a surrogate escape), or None."""
+  for k, field in enumerate(fields):
+    for j, ch in enumerate(field):
+      if "\udc80" <= ch <= "\udcff":
+        return k, j, ord(ch) - 0xDC00
+  return None
+
+
+class CsvSource:
+  """CLIC rows: header-less CSV `image_path, sentence_1, …` (METHODS §1.1), lower-cased, images under `image_root`.
+
+  Parsed with Python's csv module over the whole file, as the reference does, so quoted fields may hold commas and
+  newlines (what `csv.writer` writes); a UTF-8 byte-order mark (Excel) and CRLF line ends are handled. Rows are
+  named by the line they start on. Dropped when read, each with its reason in `rejected` (file:line, what to do):
+  `non_utf8` (re-encode the file), `no_image_path`, `unsupported_extension` (the reference keeps only paths ending in
+  .png/.jpg/.jpeg, case-sensitive; `any_image_format=True` admits every format PIL reads), `too_few_sentences` (fewer
+  than `min_sentences` non-empty ones; empty captions do not count). Exact duplicates (the same image and sentences
+  as an earlier row) are kept, as the reference trains on them, and listed in `duplicates`.
+  """
+
+  def __init__(self, csv_path: str, image_root: str, min_sentences: int = 2, lowercase: bool = True,
+               any_image_format: bool = False):
     self.path, self.image_root = csv_path, image_root
     self.rows: list[tuple[str, list[str]]] = []
-    self.rejected: list[tuple[str, str]] = []  # (reason, "file:row: detail")
-    with open(csv_path, "rb") as f:
-      raw_lines = f.read().split(b"\n")
-    for n, raw in enumerate(raw_lines, start=1):
-      if not raw.strip():
-        continue
-      where = f"{csv_path}:{n}"
-      try:
-        line = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        self.rejected.append(("non_utf8", f"{where}: {e.reason} at byte {e.start}; re-encode the file as UTF-8"))
-        continue
-      fields = next(csv.reader(io.StringIO(line)))
-      image, sentences = fields[0].strip(), [_clean(s) for s in fields[1:]]
-      sentences = [s.lower() if lowercase else s for s in sentences if s]
-      if not image:
-        self.rejected.append(("no_image_path", f"{where}: empty image path"))
-      elif len(sentences) < min_sentences:
-        self.rejected.append(("too_few_sentences", f"{where}: {len(sentences)} non-empty sentence(s), need "
-                                                   f"{min_sentences}"))
-      else:
-        self.rows.append((image, sentences))
+    self.rejected: list[Rejected] = []
+    self.duplicates: list[Rejected] = []  # kept, reported
+    self.n_read = 0  # non-blank rows examined
+    first: dict[tuple, int] = {}
+    # surrogateescape: a stray non-UTF-8 byte costs its row only (reported below), not the whole file
+    with open(csv_path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+      reader, start = csv.reader(f), 1
+      while True:
+        try:
+          fields = next(reader)
+        except StopIteration:
+          break
+        except csv.Error as e:  # e.g. a field over csv's 128 KiB limit: an unclosed quote swallowed the rest
+          raise ValueError(f"{csv_path}:{start}: cannot parse the CSV ({e}); check that row for an unclosed quote "
+                           "(a quote inside a field must be doubled, as csv.writer writes it)") from None
+        line, start = start, reader.line_num + 1
+        if not any(s.strip() for s in fields):
+          continue  # blank line
+        self.n_read += 1
+        where = f"{csv_path}:{line}"
+        bad = _first_surrogate(fields)
+        raw_image = fields[0]
+        image = raw_image.strip()
+        sentences = [_clean(s) for s in fields[1:]]
+        sentences = [s.lower() if lowercase else s for s in sentences if s]
+        if bad is not None:
+          k, j, byte = bad
+          self.rejected.append(Rejected("non_utf8", where, f"byte 0x{byte:02x} in field {k + 1} (character {j + 1}) "
+                                        "is not UTF-8; re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"))
+        elif not image:
+          self.rejected.append(Rejected("no_image_path", where, "empty image path (first field)"))
+        elif not any_image_format and not raw_image.endswith(IMAGE_EXTENSIONS):
+          hint = " (a header row?)" if line == 1 else ""
+          self.rejected.append(Rejected("unsupported_extension", where, f"{raw_image!r} does not end in "
+                                        f"{'/'.join(IMAGE_EXTENSIONS)}{hint}; the reference skips such rows, "
+                                        "data.any_image_format=True admits every format PIL reads"))
+        elif len(sentences) < min_sentences:
+          self.rejected.append(Rejected("too_few_sentences", where, f"{len(sentences)} non-empty sentence(s), "
+                                        f"need {min_sentences}"))
+        else:
+          key = (image, tuple(sentences))
+          if key in first:
+            self.duplicates.append(Rejected("duplicate_row", where, f"same image and sentences as line "
+                                            f"{first[key]}; kept (the reference trains on duplicates too)"))
+          else:
+            first[key] = line
+          self.rows.append((image, sentences))
     self._wide = None
+
+  def read_rejects(self) -> tuple[list[Rejected], int, list[Rejected]]:
+    """(rows dropped when read, rows examined, rows kept but reported) for the run's `SkipReport`."""
+    return self.rejected, self.n_read, self.duplicates
 
   def __len__(self) -> int:
     return len(self.rows)
@@ -89,29 +144,57 @@ class CsvSource:
 
 
 class CocoSource:
-  """Karpathy-style COCO caption JSON (`images[]` with filepath, filename, split, sentences[].raw, cocoid)."""
+  """Karpathy-style COCO caption JSON (`images[]` with filepath, filename, split, sentences[].raw, cocoid).
+
+  Entries of other splits are simply not this run's data. Dropped when read, each named in `rejected` by its index,
+  cocoid and filename: `no_split` (no `split` field: it belongs to no split), `no_filename`, `no_captions` (no
+  non-empty `sentences[].raw`), `bad_entry` (not a JSON object).
+  """
 
   def __init__(self, json_path: str, image_root: str, splits: Sequence[str] = ("train", "restval"),
                paraphrases: dict[str, list[str]] | None = None):
     self.path, self.image_root = json_path, image_root
-    with open(json_path, encoding="utf-8") as f:
-      data = json.load(f)
-    if "images" not in data:
+    try:
+      with open(json_path, encoding="utf-8-sig") as f:
+        data = json.load(f)
+    except UnicodeDecodeError as e:
+      raise ValueError(f"{json_path}: byte {e.start} is not UTF-8 ({e.reason}); re-encode the file as UTF-8") from None
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{json_path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
       raise ValueError(f"{json_path}: expected a Karpathy-style caption file with an 'images' list")
-    self.rows, self.rejected = [], []
+    self.rows, self.rejected, self.n_read = [], [], 0
     for n, img in enumerate(data["images"]):
-      if img.get("split") not in splits:
+      where = f"{json_path}: images[{n}]"
+      if not isinstance(img, dict):
+        self.n_read += 1
+        self.rejected.append(Rejected("bad_entry", where, f"expected an object, found {type(img).__name__}"))
         continue
-      caps = [_clean(s.get("raw", "")) for s in img.get("sentences", [])]
+      where += f" (cocoid {img.get('cocoid')}, filename {img.get('filename')!r})"
+      if "split" not in img:
+        self.n_read += 1
+        self.rejected.append(Rejected("no_split", where, "no 'split' field, so in no split; add one "
+                                      "(train/restval/val/test)"))
+        continue
+      if img["split"] not in splits:
+        continue
+      self.n_read += 1
+      caps = [_clean(s["raw"]) for s in img.get("sentences") or () if isinstance(s, dict) and
+              isinstance(s.get("raw"), str)]
       caps = [c for c in caps if c]
-      where = f"{json_path}: images[{n}] (cocoid {img.get('cocoid')})"
-      if not caps:
-        self.rejected.append(("no_captions", f"{where}: no non-empty caption"))
-        continue
-      rel = os.path.join(img.get("filepath", ""), img["filename"])
-      self.rows.append((str(img.get("cocoid", img.get("imgid", n))), rel, caps))
+      if not img.get("filename") or not isinstance(img["filename"], str):
+        self.rejected.append(Rejected("no_filename", where, "no 'filename' field: the image cannot be found"))
+      elif not caps:
+        self.rejected.append(Rejected("no_captions", where, "no non-empty caption (sentences[].raw)"))
+      else:
+        rel = os.path.join(img.get("filepath") or "", img["filename"])
+        self.rows.append((str(img.get("cocoid", img.get("imgid", n))), rel, caps))
     self.paraphrases = paraphrases or {}
     self._wide = None
+
+  def read_rejects(self) -> tuple[list[Rejected], int, list[Rejected]]:
+    """(entries dropped when read, entries of the requested splits (or none) examined, []) for `SkipReport`."""
+    return self.rejected, self.n_read, []
 
   def __len__(self) -> int:
     return len(self.rows)
@@ -162,6 +245,13 @@ class PreparedSource:
       self.meta = json.load(f)
     if not self.meta.get("complete"):
       raise ValueError(f"{directory}: preparation did not finish; rerun python -m compclip_jax.prepare to resume")
+    pos = self.meta.get("pos_pipeline")
+    if self.meta.get("format", 1) < PREPARED_FORMAT or not pos or not pos_pipeline_has_parser(pos):
+      # older versions tagged with spaCy's parser off: other coarse POS tags than the references (METHODS §1.2)
+      raise ValueError(f"{directory} was prepared by an older version of compclip_jax (format "
+                       f"{self.meta.get('format', 1)}, POS pipeline {pos or 'not recorded'}; format {PREPARED_FORMAT} "
+                       "tags with spaCy's full pipeline): re-prepare it with python -m compclip_jax.prepare "
+                       "(--rebuild to reuse the folder)")
     import grain  # pylint: disable=import-outside-toplevel
     self.directory = directory
     self._shards = [os.path.join(directory, s) for s in self.meta["shards"]]
@@ -181,6 +271,19 @@ class PreparedSource:
 
   def __setstate__(self, state):
     self.__init__(state["directory"])
+
+  def read_rejects(self) -> tuple[list[Rejected], int, list[Rejected]]:
+    """(records `prepare` skipped, as listed in its skipped.jsonl; records examined; []) for the run's `SkipReport`:
+    rows dropped when the prepared data was built count against the run's skip limit like read-time rejects."""
+    path = os.path.join(self.directory, "skipped.jsonl")
+    dropped = []
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        for line in f:
+          if line.strip():
+            d = json.loads(line)
+            dropped.append(Rejected(d.get("reason", "unknown"), str(d.get("id", path)), d.get("detail", "")))
+    return dropped, len(self) + len(dropped), []
 
   @staticmethod
   def materialize(raw: dict) -> dict:

@@ -1,10 +1,12 @@
 """Tokenizers: CLIP BPE (the checkpoint's own files via transformers, else instant-clip-tokenizer) and T5 SentencePiece.
 
-Both CLIP backends only produce the BPE tokens of a text; the framing is ours, so the two give identical rows:
-`[SOT] tokens… [EOT] pad…`, `context_length` wide, truncated with EOT forced last (METHODS §1.2 step 7).
+Both CLIP backends only produce the BPE tokens of a text; the cleaning before BPE and the framing are ours, so the two
+give identical rows: `[SOT] tokens… [EOT] pad…`, `context_length` wide, truncated with EOT forced last (METHODS §1.2
+step 7).
 """
 from __future__ import annotations
 
+import html
 import os
 import re
 import unicodedata
@@ -16,37 +18,68 @@ SOT_ID, EOT_ID = 49406, 49407
 CLIP_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
                         "special_tokens_map.json")
 _WS = re.compile(r"\s+")
+# Printable ASCII, tab and line breaks, no "&": ftfy.fix_text and html.unescape leave such text unchanged (ftfy only
+# touches non-ASCII characters, control characters, terminal escapes and line-break style; html.unescape needs "&"),
+# so cleaning it is only the whitespace collapse and lower-casing. Most captions take this path (tested against ftfy).
+_PLAIN = re.compile(r"[\t\n\r\x20-\x25\x27-\x7e]*")
 
 
-def clean_text(text: str) -> str:
+def normalize_whitespace(text: str) -> str:
   """The normalisation HF's CLIP tokenizer applies before BPE (NFC, whitespace collapsed; lower-casing happens in
-  both backends), applied to the instant backend so both see the same string."""
+  both backends): what both backends see with `data.clean_text=False`."""
   return _WS.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
+def clean_text(text: str) -> str:
+  """open_clip's / OpenAI's cleaning before BPE (METHODS §1.2 step 7), in their order: `ftfy.fix_text` (mojibake
+  "cafÃ©" → "café", curly quotes → straight, NFC), `html.unescape` twice ("&amp;amp;" → "&"), strip, whitespace runs
+  → one space, strip, lower-case."""
+  if _PLAIN.fullmatch(text):
+    return " ".join(text.split()).lower()
+  import ftfy  # pylint: disable=import-outside-toplevel
+  text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+  return " ".join(text.split()).strip().lower()
+
+
 class CLIPTokenizer:
-  """texts → np.int32 [N, context_length]. `pad_id`: 0 (open_clip) or the checkpoint tokenizer's pad id (HF)."""
+  """texts → np.int32 [N, context_length]. `pad_id`: 0 (open_clip) or the checkpoint tokenizer's pad id (HF).
+
+  `clean` (`data.clean_text`, default True): texts go through `clean_text` before BPE, as open_clip's and OpenAI's
+  tokenizers do; False only normalises whitespace (`normalize_whitespace`, the old behaviour). Both backends.
+  """
 
   def __init__(self, encode: Callable[[Sequence[str]], list[list[int]]], sot_id: int, eot_id: int,
                context_length: int = 77, pad_id: int = 0, source_dir: str | None = None, backend: str = "",
-               recipe: tuple = ()):
+               recipe: tuple = (), clean: bool = True):
     self._encode, self.sot_id, self.eot_id = encode, sot_id, eot_id
     self.context_length, self.pad_id, self.source_dir, self.backend = context_length, pad_id, source_dir, backend
     self._recipe = recipe  # (constructor name, *args): how a worker process rebuilds this tokenizer
+    self.clean = clean
 
   def __getstate__(self):
-    return {"recipe": self._recipe}
+    return {"recipe": self._recipe, "clean": self.clean}
 
   def __setstate__(self, state):
     name, *args = state["recipe"]
     self.__dict__.update(getattr(CLIPTokenizer, name)(*args).__dict__)
+    self.clean = state.get("clean", True)
+
+  def with_cleaning(self, clean: bool) -> "CLIPTokenizer":
+    """This tokenizer with `clean` set (shares the backend)."""
+    out = object.__new__(CLIPTokenizer)  # not copy.copy: that goes through __getstate__ and rebuilds the backend
+    out.__dict__.update(self.__dict__, clean=bool(clean))
+    return out
+
+  def _tokens(self, texts: Sequence[str]) -> list[list[int]]:
+    prep = clean_text if self.clean else normalize_whitespace
+    return self._encode([prep(t) for t in texts])
 
   @classmethod
   def default(cls, context_length: int = 77, pad_id: int = 0) -> "CLIPTokenizer":
     """OpenAI's BPE (vocab 49408) from instant-clip-tokenizer, which embeds it: no files, no download."""
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     tok = instant_clip_tokenizer.Tokenizer()
-    return cls(lambda texts: [tok.encode(clean_text(t)) for t in texts], tok.start_of_text(), tok.end_of_text(),
+    return cls(lambda texts: [tok.encode(t) for t in texts], tok.start_of_text(), tok.end_of_text(),
                context_length, pad_id, backend="instant-clip-tokenizer", recipe=("default", context_length, pad_id))
 
   @classmethod
@@ -55,7 +88,7 @@ class CLIPTokenizer:
     """instant-clip-tokenizer on an OpenAI-format merges file (`bpe_simple_vocab_16e6.txt`)."""
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     tok = instant_clip_tokenizer.Tokenizer.load(merges_file, vocab_size)
-    return cls(lambda texts: [tok.encode(clean_text(t)) for t in texts], tok.start_of_text(), tok.end_of_text(),
+    return cls(lambda texts: [tok.encode(t) for t in texts], tok.start_of_text(), tok.end_of_text(),
                context_length, pad_id, backend="instant-clip-tokenizer",
                recipe=("from_openai_vocab", merges_file, vocab_size, context_length, pad_id))
 
@@ -80,17 +113,23 @@ class CLIPTokenizer:
         os.path.exists(os.path.join(directory, f)) for f in ("vocab.json", "merges.txt"))
 
   def __call__(self, texts: Sequence[str] | str) -> np.ndarray:
+    return self.encode(texts)[0]
+
+  def encode(self, texts: Sequence[str] | str) -> tuple[np.ndarray, int]:
+    """(ids np.int32 [N, context_length], how many texts lost tokens) from one cleaning + BPE pass."""
     if isinstance(texts, str):
       texts = [texts]
     out = np.full((len(texts), self.context_length), self.pad_id, np.int32)
-    for row, toks in zip(out, self._encode(texts)):
+    truncated = 0
+    for row, toks in zip(out, self._tokens(texts)):
+      truncated += len(toks) > self.context_length - 2
       ids = [self.sot_id, *toks[: self.context_length - 2], self.eot_id]
       row[: len(ids)] = ids
-    return out
+    return out, truncated
 
   def count_truncated(self, texts: Sequence[str]) -> int:
     """How many texts lose tokens at `context_length` (METHODS §1.2 step 7 asks to count them)."""
-    return sum(len(t) > self.context_length - 2 for t in self._encode(texts))
+    return sum(len(t) > self.context_length - 2 for t in self._tokens(texts))
 
 
 class T5Tokenizer:

@@ -22,6 +22,24 @@ class DTypes:
   compute: jnp.dtype = jnp.float32
 
 
+class ShapeOnlyRngs:
+  """Stands in for `nnx.Rngs` when only the parameters' shapes and dtypes are wanted (loading a checkpoint): every
+  initializer returns a `jax.ShapeDtypeStruct`, so building a model costs no tracing and no random draws."""
+
+  def params(self) -> None:
+    return None
+
+
+def _shape_only_init(_key, shape, dtype=jnp.float32) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+
+def _inits(rngs, *names: str, **given) -> dict:
+  """The initializer keywords to pass to an nnx layer: `given` (else the layer's defaults) for real `rngs`, shape-only
+  ones for `ShapeOnlyRngs`."""
+  return {n: _shape_only_init for n in names} if isinstance(rngs, ShapeOnlyRngs) else given
+
+
 def activation(name: str, x: jax.Array) -> jax.Array:
   if name == "quick_gelu":
     return x * jax.nn.sigmoid(1.702 * x)
@@ -33,7 +51,8 @@ class Attention(nnx.Module):
 
   def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs):
     self.heads = heads
-    lin = lambda: nnx.Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    lin = lambda: nnx.Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+                             **_inits(rngs, "kernel_init", "bias_init"))
     self.q_proj, self.k_proj, self.v_proj, self.out_proj = lin(), lin(), lin(), lin()
 
   def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
@@ -51,15 +70,17 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
   def __init__(self, width: int, hidden: int, act: str, dt: DTypes, *, rngs: nnx.Rngs):
     self.act = act
-    self.fc1 = nnx.Linear(width, hidden, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
-    self.fc2 = nnx.Linear(hidden, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    init = _inits(rngs, "kernel_init", "bias_init")
+    self.fc1 = nnx.Linear(width, hidden, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **init)
+    self.fc2 = nnx.Linear(hidden, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **init)
 
   def __call__(self, x):
     return self.fc2(activation(self.act, self.fc1(x)))
 
 
 def _layer_norm(width: int, eps: float, dt: DTypes, rngs: nnx.Rngs) -> nnx.LayerNorm:
-  return nnx.LayerNorm(width, epsilon=eps, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+  return nnx.LayerNorm(width, epsilon=eps, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+                       **_inits(rngs, "scale_init", "bias_init"))
 
 
 class EncoderLayer(nnx.Module):
@@ -100,10 +121,10 @@ class TextTransformer(nnx.Module):
     self.embeddings = Embeddings()
     self.embeddings.token_embedding = nnx.Embed(
         cfg.vocab_size, cfg.width, dtype=dt.compute, param_dtype=dt.param,
-        embedding_init=nnx.initializers.normal(0.02), rngs=rngs)
+        rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.embeddings.position_embedding = nnx.Embed(
         cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param,
-        embedding_init=nnx.initializers.normal(0.01), rngs=rngs)
+        rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.01)))
     self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat)
     self.final_layer_norm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
 
@@ -128,14 +149,14 @@ class VisionTransformer(nnx.Module):
   def __init__(self, cfg: VisionConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
-    self.embeddings.class_embedding = nnx.Param(
-        nnx.initializers.normal(cfg.width ** -0.5)(rngs.params(), (cfg.width,), dt.param))
+    init = _inits(rngs, "init", init=nnx.initializers.normal(cfg.width ** -0.5))["init"]
+    self.embeddings.class_embedding = nnx.Param(init(rngs.params(), (cfg.width,), dt.param))
     self.embeddings.patch_embedding = nnx.Conv(
         3, cfg.width, kernel_size=(cfg.patch_size,) * 2, strides=(cfg.patch_size,) * 2, padding="VALID",
-        use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+        use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **_inits(rngs, "kernel_init"))
     self.embeddings.position_embedding = nnx.Embed(
         cfg.num_patches + 1, cfg.width, dtype=dt.compute, param_dtype=dt.param,
-        embedding_init=nnx.initializers.normal(0.02), rngs=rngs)
+        rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.pre_layrnorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)  # sic: HF's spelling
     self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat)
     self.post_layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
@@ -164,11 +185,13 @@ class CLIP(nnx.Module):
     self.cfg = cfg
     self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text)
     self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs)
+    init = _inits(rngs, "kernel_init")
     self.text_projection = nnx.Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
-                                      param_dtype=text_dtypes.param, rngs=rngs)
+                                      param_dtype=text_dtypes.param, rngs=rngs, **init)
     self.visual_projection = nnx.Linear(cfg.vision.width, cfg.embed_dim, use_bias=False,
-                                        dtype=vision_dtypes.compute, param_dtype=vision_dtypes.param, rngs=rngs)
-    self.logit_scale = nnx.Param(jnp.asarray(cfg.logit_scale_init, jnp.float32))
+                                        dtype=vision_dtypes.compute, param_dtype=vision_dtypes.param, rngs=rngs, **init)
+    scale = _inits(rngs, "init", init=lambda _k, s, d: jnp.asarray(cfg.logit_scale_init, d))["init"]
+    self.logit_scale = nnx.Param(scale(None, (), jnp.float32))
 
   def encode_text(self, ids, normalize: bool = False) -> jax.Array:
     """ids int [N, L] → [N, embed_dim] (fp32 when normalised)."""

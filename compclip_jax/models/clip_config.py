@@ -62,6 +62,8 @@ class CLIPConfig:
 
   def __post_init__(self):
     for tower in (self.text, self.vision):
+      if tower.heads < 1 or tower.width < 1:
+        raise ValueError(f"width {tower.width} / heads {tower.heads}: both must be positive")
       if tower.act not in ACTIVATIONS:
         raise ValueError(f"activation {tower.act!r} is not supported; use one of {ACTIVATIONS}")
       if tower.width % tower.heads:
@@ -90,7 +92,8 @@ def from_hf_dict(d: Mapping[str, Any]) -> CLIPConfig:
       layers=t.get("num_hidden_layers", 12), heads=t.get("num_attention_heads", 8),
       mlp_dim=t.get("intermediate_size", 2048), context_length=t.get("max_position_embeddings", 77),
       act=_hf_act(t.get("hidden_act", "quick_gelu")), eps=t.get("layer_norm_eps", 1e-5),
-      eos_token_id=t.get("eos_token_id", LEGACY_EOS_ID), bos_token_id=t.get("bos_token_id", 49406),
+      # absent keys take transformers' CLIPTextConfig defaults, as CLIPModel.from_pretrained reads the same file
+      eos_token_id=t.get("eos_token_id", CLIP_EOT_ID), bos_token_id=t.get("bos_token_id", 49406),
       pad_token_id=t.get("pad_token_id", 1))
   vision = VisionConfig(
       image_size=v.get("image_size", 224), patch_size=v.get("patch_size", 32), width=v.get("hidden_size", 768),
@@ -122,7 +125,9 @@ def to_hf_dict(cfg: CLIPConfig) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ open_clip model configs
-# The open_clip model configs of the shapes this project supports (open_clip's `model_configs/*.json`, abridged).
+# The open_clip model configs of the shapes this project supports (open_clip's `model_configs/*.json`, abridged to
+# the keys our towers read; absent keys take open_clip's defaults: head_width 64, mlp_ratio 4, GELU unless
+# `-quickgelu`). ViT-H/g/bigG have vision heads that are not 64 wide.
 OPEN_CLIP_MODELS: dict[str, dict[str, Any]] = {
     "ViT-B-32": {"embed_dim": 512, "vision_cfg": {"image_size": 224, "layers": 12, "width": 768, "patch_size": 32},
                  "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12}},
@@ -133,7 +138,31 @@ OPEN_CLIP_MODELS: dict[str, dict[str, Any]] = {
     "ViT-L-14-336": {"embed_dim": 768,
                      "vision_cfg": {"image_size": 336, "layers": 24, "width": 1024, "patch_size": 14},
                      "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 768, "heads": 12, "layers": 12}},
+    "ViT-H-14": {"embed_dim": 1024,
+                 "vision_cfg": {"image_size": 224, "layers": 32, "width": 1280, "head_width": 80, "patch_size": 14},
+                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1024, "heads": 16, "layers": 24}},
+    "ViT-g-14": {"embed_dim": 1024,
+                 "vision_cfg": {"image_size": 224, "layers": 40, "width": 1408, "head_width": 88, "mlp_ratio": 4.3637,
+                                "patch_size": 14},
+                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1024, "heads": 16, "layers": 24}},
+    "ViT-bigG-14": {"embed_dim": 1280,
+                    "vision_cfg": {"image_size": 224, "layers": 48, "width": 1664, "head_width": 104,
+                                   "mlp_ratio": 4.9231, "patch_size": 14},
+                    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1280, "heads": 20, "layers": 32}},
 }
+# open_clip config keys that change the architecture away from the plain CLIP towers we build, with the value that
+# keeps it plain; any other value is refused rather than loaded as a different model.
+_PLAIN = {"text_cfg": {"hf_model_name": None, "pool_type": "argmax", "proj_bias": False, "no_causal_mask": False,
+                       "embed_cls": False, "final_ln_after_pool": False, "ls_init_value": None},
+          "vision_cfg": {"timm_model_name": None, "attentional_pool": False, "no_ln_pre": False,
+                         "final_ln_after_pool": False, "pool_type": "tok", "global_average_pool": False,
+                         "ls_init_value": None, "input_patchnorm": False}}
+
+
+def _heads(width: int, head_width: Any, where: str) -> int:
+  if not isinstance(head_width, int) or head_width < 1 or width % head_width:
+    raise ValueError(f"open_clip {where}: head_width {head_width!r} does not divide width {width}")
+  return width // head_width
 
 
 def from_open_clip_dict(d: Mapping[str, Any], quick_gelu: bool | None = None) -> CLIPConfig:
@@ -145,16 +174,20 @@ def from_open_clip_dict(d: Mapping[str, Any], quick_gelu: bool | None = None) ->
   if "model_cfg" in d:  # the `open_clip_config.json` that hub repos ship wraps the model config
     d = d["model_cfg"]
   t, v = d["text_cfg"], d["vision_cfg"]
+  for tower, plain in _PLAIN.items():
+    odd = {k: d[tower][k] for k, want in plain.items() if d[tower].get(k, want) != want}
+    if odd:
+      raise ValueError(f"open_clip {tower} {odd}: not a plain CLIP tower, which is all this project builds")
   quick = d.get("quick_gelu", False) if quick_gelu is None else quick_gelu
   act = "quick_gelu" if quick else "gelu"
-  head_width = v.get("head_width", 64)
   tw = t.get("width", 512)
   text = TextConfig(vocab_size=t.get("vocab_size", 49408), width=tw, layers=t.get("layers", 12),
                     heads=t.get("heads", 8), mlp_dim=int(tw * t.get("mlp_ratio", 4.0)),
                     context_length=t.get("context_length", 77), act=act, eos_token_id=LEGACY_EOS_ID)
   vw = v["width"]
   vision = VisionConfig(image_size=v.get("image_size", 224), patch_size=v["patch_size"], width=vw,
-                        layers=v["layers"], heads=vw // head_width, mlp_dim=int(vw * v.get("mlp_ratio", 4.0)), act=act)
+                        layers=v["layers"], heads=_heads(vw, v.get("head_width", 64), "vision_cfg"),
+                        mlp_dim=int(vw * v.get("mlp_ratio", 4.0)), act=act)
   return CLIPConfig(text=text, vision=vision, embed_dim=d["embed_dim"])
 
 

@@ -1,0 +1,1 @@
+"""Package of the stand-in FrozenBatchNorm2d."""

@@ -1,0 +1,1 @@
+"""Imported by open_clip.transform as F; unused."""
