@@ -24,7 +24,9 @@ EXIT_DIVERGED = 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 # Exception class names (in compclip_jax modules) whose message is the whole story: no traceback needed.
 USER_ERRORS = ("ConfigError", "CheckpointMismatchError", "RuleError", "TooManySkipped", "RunMismatch", "WorkdirBusy",
-               "WorkdirError", "Unrestorable")
+               "WorkdirError", "Unrestorable", "ArchitectureUnknownError", "PrepareError")
+# A missing or unreadable input file is the user's to fix too (the message names it).
+USER_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -68,13 +70,13 @@ def exit_code(e: BaseException) -> int | None:
         return EXIT_USER_ERROR
       if klass.__name__ == "NonFiniteLoss":
         return EXIT_DIVERGED
-  if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+  if isinstance(e, OSError) and e.errno in USER_ERRNOS or type(e) is FileNotFoundError:
     return EXIT_USER_ERROR
   return None
 
 
 def message(e: BaseException) -> str:
-  if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and e.filename:
+  if isinstance(e, OSError) and e.errno in USER_ERRNOS and e.filename:
     return f"cannot write {e.filename}: {e.strerror}"
   return str(e)
 

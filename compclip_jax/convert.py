@@ -14,15 +14,9 @@ import time
 
 from absl import app, flags
 
+from compclip_jax import cli
 from compclip_jax.loading import FORMATS, load_clip, save_clip
 from compclip_jax.weights.params import flat_params
-
-_SRC = flags.DEFINE_string("src", None, "Checkpoint to read (HF dir, open_clip file, compclip dir).", required=True)
-_DST = flags.DEFINE_string("dst", None, "Where to write.", required=True)
-_TO = flags.DEFINE_enum("to", None, FORMATS, "Output format.", required=True)
-_MODEL_NAME = flags.DEFINE_string("model_name", None, "open_clip model name for --src state dicts whose architecture "
-                                  "is not recorded (e.g. ViT-B-32-quickgelu).")
-_ACTIVATION = flags.DEFINE_enum("activation", None, ["quick_gelu", "gelu"], "Activation of an open_clip --src.")
 
 
 def _size(path: str) -> str:
@@ -50,10 +44,26 @@ def convert(src: str, dst: str, to: str, model_name: str | None = None, activati
   return written
 
 
-def main(argv):
+def _define_flags() -> dict:
+  """The CLI's flags, defined only when this module runs as the program: importing `convert` next to another CLI
+  module (evaluate also has --model_name) must not define them twice."""
+  return {
+      "src": flags.DEFINE_string("src", None, "Checkpoint to read (HF dir, open_clip file, compclip dir).",
+                                 required=True),
+      "dst": flags.DEFINE_string("dst", None, "Where to write.", required=True),
+      "to": flags.DEFINE_enum("to", None, FORMATS, "Output format.", required=True),
+      "model_name": flags.DEFINE_string("model_name", None, "open_clip model name for --src state dicts whose "
+                                        "architecture is not recorded (e.g. ViT-B-32-quickgelu)."),
+      "activation": flags.DEFINE_enum("activation", None, ["quick_gelu", "gelu"], "Activation of an open_clip --src."),
+  }
+
+
+def main(argv, f: dict):
   del argv
-  convert(_SRC.value, _DST.value, _TO.value, _MODEL_NAME.value, _ACTIVATION.value)
+  cli.quiet_logging(cli.verbosity_given())
+  convert(f["src"].value, f["dst"].value, f["to"].value, f["model_name"].value, f["activation"].value)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _FLAGS = _define_flags()
+  app.run(cli.guard(lambda argv: main(argv, _FLAGS)))

@@ -19,6 +19,7 @@ import time
 
 from absl import app, flags
 
+from compclip_jax import cli
 from compclip_jax.evaluators import output, registry, scorers
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.evaluators.output import markdown  # re-exported: the Colab notebooks import it from here
@@ -60,7 +61,7 @@ def main(argv):
   for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
     if not flag.value:
       raise app.UsageError(f"--{flag.name} is required")
-  logging.getLogger().setLevel(logging.INFO)
+  cli.quiet_logging(cli.verbosity_given())
   names, skipped = registry.resolve(_BENCH.value, _DATA.value, _IMAGES.value)
   for n, why in skipped.items():
     print(f"skipped {n}: {why}")
@@ -78,4 +79,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(cli.guard(main))

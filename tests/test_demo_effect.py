@@ -1,5 +1,9 @@
 """The demo's claim, checked small (one seed): CLIC fine-tuning raises held-out swap accuracy over the pretrained
-model. Held-out = benchmark scenes built on colour–shape pairings that training never shows (synthetic.py)."""
+model. Held-out = benchmark scenes built on colour–shape pairings that training never shows (synthetic.py).
+
+Manual tier (7–15 min on 2 cores, more than half of CI's budget): COMPCLIP_MANUAL_TESTS=1 python -m pytest
+tests/test_demo_effect.py -s. It compares with the pretrained model only, not with a same-seed control, so it does
+not discriminate the method from plain fine-tuning (the demo issue owns that check)."""
 import pytest
 
 from compclip_jax import demo
@@ -15,6 +19,7 @@ def small_clic_demo():
 
 
 @pytest.mark.slow
+@pytest.mark.manual
 def test_clic_improves_held_out_swap(tmp_path):
   c = small_clic_demo()
   table = demo.run(c, str(tmp_path))
