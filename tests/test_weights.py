@@ -410,12 +410,27 @@ OPEN_CLIP_SKIP = (
     "it runs open_clip in a subprocess with a torchvision stand-in (tests/open_clip_stub).")
 
 
+OPEN_CLIP_VERSION = "open_clip_torch==3.3.0"
+
+
+def _open_clip_site(tmp_path) -> str | None:
+  """A directory to put on PYTHONPATH so that `import open_clip` works: "" when it is installed, else a
+  `pip install --no-deps --target` of it (pure Python, seconds; the CI machine reaches PyPI); None if that fails."""
+  import importlib.util
+  if importlib.util.find_spec("open_clip") is not None:
+    return ""
+  target = tmp_path / "open_clip_site"
+  proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                         OPEN_CLIP_VERSION], capture_output=True, text=True, timeout=600)
+  return str(target) if proc.returncode == 0 else None
+
+
 def test_open_clip_itself_loads_our_export(hf_model, batch, tmp_path):
   """`open_clip.create_model('local-dir:…')` on our open_clip export gives transformers' features on the same
   weights (open_clip's own CLIP modules, fused attention and QuickGELU)."""
-  import importlib.util
-  if importlib.util.find_spec("open_clip") is None:
-    pytest.skip(OPEN_CLIP_SKIP)
+  site = _open_clip_site(tmp_path)
+  if site is None:
+    pytest.skip(OPEN_CLIP_SKIP + f" (pip install --no-deps --target … {OPEN_CLIP_VERSION} failed here)")
   model, _, pre = load_clip(str(_hf_dir_of(hf_model, tmp_path)))
   save_clip(model, str(tmp_path / "oc"), format="open_clip", preprocess=pre)
   ids, px = batch
@@ -423,7 +438,8 @@ def test_open_clip_itself_loads_our_export(hf_model, batch, tmp_path):
   stub = os.path.join(ROOT, "tests", "open_clip_stub")
   proc = subprocess.run([sys.executable, os.path.join(stub, "load_export.py"), str(tmp_path / "oc"),
                          str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True,
-                        env={**os.environ, "PYTHONPATH": stub}, cwd=tmp_path)
+                        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (stub, site) if p)},
+                        cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = np.load(tmp_path / "out.npz")
   np.testing.assert_allclose(out["text"], fx.hf_text(hf_model, ids), atol=1e-4, rtol=0)
