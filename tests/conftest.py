@@ -43,3 +43,16 @@ def benchmarks_dir() -> pathlib.Path:
   if not BENCHMARKS.is_dir():
     pytest.skip(f"real benchmark annotation files not found at {BENCHMARKS}")
   return BENCHMARKS
+
+
+@pytest.fixture(scope="session")
+def tagger():
+  """spaCy's full pipeline, loaded once per test process (its per-sentence memo is deterministic)."""
+  from compclip_jax.data.negatives import SpacyTagger  # pylint: disable=import-outside-toplevel
+  return SpacyTagger()
+
+
+@pytest.fixture(scope="session")
+def tok():
+  from compclip_jax.data.tokenizers import CLIPTokenizer  # pylint: disable=import-outside-toplevel
+  return CLIPTokenizer.default()

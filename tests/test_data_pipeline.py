@@ -17,16 +17,6 @@ from tests import data_fixtures as df
 
 
 @pytest.fixture(scope="module")
-def tagger():
-  return SpacyTagger()
-
-
-@pytest.fixture(scope="module")
-def tok():
-  return CLIPTokenizer.default()
-
-
-@pytest.fixture(scope="module")
 def clic(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("clic")
   csv, root, bad, rejected = df.write_clic_csv(tmp)

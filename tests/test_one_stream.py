@@ -9,22 +9,10 @@ import pytest
 from compclip_jax import steps
 from compclip_jax.data import pipeline as pl
 from compclip_jax.data import samples
-from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.sources import CsvSource
-from compclip_jax.data.tokenizers import CLIPTokenizer
 from tests import data_fixtures as df
 
 B = 4
-
-
-@pytest.fixture(scope="module")
-def tagger():
-  return SpacyTagger()
-
-
-@pytest.fixture(scope="module")
-def tok():
-  return CLIPTokenizer.default()
 
 
 @pytest.fixture(scope="module")
