@@ -13,6 +13,14 @@
       Per step kind: median step time after compilation, steps/s, samples/s, XLA's FLOPs per step, the MFU implied
       by --peak_tflops (per device), and compiled peak memory per device. E.g. the ViT-B/32 CLIC step at B=8:
       --config.model.random=ViT-B-32-quickgelu --config.data.image_size=224 --config.model.frozen_dtype=float32
+  python -m compclip_jax.bench train --components --config=… [--text_len=77] [--runs=7]
+      The CLIC step's parts, each jitted alone and timed round-robin: frozen vision forward, text forward + backward
+      on the 5B texts, loss, AdamW update, whole step (model.random, data.image_size, batch_size, model dtypes and
+      model.attention from the config). E.g. --config.model.random=ViT-B-32-quickgelu --config.data.image_size=224
+      --config.batch_size=8 --config.model.frozen_dtype=float32
+  python -m compclip_jax.bench device [--smoke]
+      The prepared accelerator benchmark (compclip_jax/bench_device.py, docs/performance.md): CLIC, CLIC's CLIP and
+      READ steps at ViT-B/32 (B 256, 800) and a ViT-L/14 CLIC point, bf16, one Markdown table. --smoke: tiny, CPU.
 """
 from __future__ import annotations
 
@@ -29,6 +37,10 @@ _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size for `encode`.")
 _RECORDS = flags.DEFINE_integer("records", 400, "Records generated for `pipeline`.")
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device for the MFU of `train` (0: not shown).")
+_COMPONENTS = flags.DEFINE_bool("components", False, "`train`: time the CLIC step's parts instead (frozen vision "
+                                 "forward, text forward + backward, loss, AdamW) at --text_len tokens.")
+_TEXT_LEN = flags.DEFINE_integer("text_len", 77, "`train --components`: token width of the texts.")
+_SMOKE = flags.DEFINE_bool("smoke", False, "`device`: tiny widths and batches (seconds on a CPU).")
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config for `train`.", lock_config=True)
 
 
@@ -51,24 +63,31 @@ def _median_time(fn, runs: int) -> float:
 
 
 def bench_load(model_dir: str, runs: int) -> None:
+  """A warm process loading a checkpoint: jax's backend is up and the file is in the page cache (both loaders read
+  it first). Ours is timed until every parameter is on the device; transformers' model is ready when it returns
+  (its parameters map the file, uncopied). The first load in a process also builds the shape-only template."""
   import jax  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
   from compclip_jax import load_clip  # pylint: disable=import-outside-toplevel
 
   def ours():
     model, _, _ = load_clip(model_dir)
-    jax.block_until_ready(model.logit_scale[...])
+    jax.block_until_ready(jax.tree.leaves(model))
 
-  ours()  # warm the page cache and jax's start-up once, for both
+  jax.block_until_ready(jax.device_put(np.zeros(1)))  # backend start-up, not part of a load
   ref = lambda: transformers.CLIPModel.from_pretrained(model_dir)
-  ref()
-  t_ours, t_ref = [], []
+  ref()  # warms the page cache (and torch)
+  first = _median_time(ours, 1)
+  t_ours, t_ref, c_ours, c_ref = [], [], [], []
   for _ in range(runs):  # alternate, so machine noise hits both alike
-    t_ours.append(_median_time(ours, 1))
-    t_ref.append(_median_time(ref, 1))
+    for fn, wall, cpu in ((ours, t_ours, c_ours), (ref, t_ref, c_ref)):
+      c0 = time.process_time()
+      wall.append(_median_time(fn, 1))
+      cpu.append(time.process_time() - c0)
   mo, mr = statistics.median(t_ours), statistics.median(t_ref)
-  print(f"load ViT-B/32 safetensors ({model_dir}), median of {runs}: compclip_jax.load_clip {mo:.2f} s | "
-        f"transformers CLIPModel.from_pretrained {mr:.2f} s | ratio {mr / mo:.2f}×")
+  print(f"load ViT-B/32 safetensors ({model_dir}), median of {runs} alternated: compclip_jax.load_clip {mo:.2f} s "
+        f"(CPU {statistics.median(c_ours):.2f} s; first load in the process {first:.2f} s) | transformers "
+        f"CLIPModel.from_pretrained {mr:.2f} s (CPU {statistics.median(c_ref):.2f} s) | ratio {mr / mo:.2f}×")
 
 
 def bench_encode(model_dir: str, batch: int, runs: int) -> None:
@@ -134,6 +153,7 @@ def _rate(fn, n: int, runs: int) -> float:
 
 
 def bench_pipeline(records: int, runs: int) -> None:
+  from compclip_jax import methods  # pylint: disable=import-outside-toplevel
   from compclip_jax.data import negatives as neg  # pylint: disable=import-outside-toplevel
   from compclip_jax.data import pipeline as pl  # pylint: disable=import-outside-toplevel
   from compclip_jax.data import samples  # pylint: disable=import-outside-toplevel
@@ -164,7 +184,7 @@ def bench_pipeline(records: int, runs: int) -> None:
 
   fly = _rate(lambda k: text_side(k, True), m, runs)
   cache = _rate(lambda k: text_side(k, False), m, runs)
-  tf = pl.SampleTransform(ps, pl.PipelineConfig("clic", batch_size=1), tok, tagger=tagger)
+  tf = pl.SampleTransform(ps, pl.PipelineConfig(methods.clic.STEP, batch_size=1), tok, tagger=tagger)
   full = _rate(lambda k: tf(k, np.random.default_rng(k)), m, runs)
   print(f"host pipeline, 1 core, {m} records, median of {runs}:")
   print(f"  CLIC text side, spaCy on the fly : {fly:8.1f} samples/s")
@@ -196,7 +216,7 @@ def bench_train(config, runs: int, peak_tflops: float) -> None:
         f"({jax.devices()[0].platform}), median of {runs} timed steps after compilation")
   for kind in t.kinds:
     batches = _same_width_batches(t, kind, runs + 1)
-    compiled, flops, peak = train.compile_step(t, kind, batches[0])
+    compiled, flops, peak = train.compile_step(t, kind, t.state, batches[0])
     state = t.state
     state, m = compiled(state, t.frozen, batches[0])  # warm-up
     jax.block_until_ready(m)
@@ -218,12 +238,31 @@ def bench_train(config, runs: int, peak_tflops: float) -> None:
     print(line, flush=True)
 
 
+def bench_components(config, text_len: int, runs: int) -> None:
+  """The CLIC step's parts at the config's model (model.random), image size, batch, dtypes and attention."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from compclip_jax import bench_device  # pylint: disable=import-outside-toplevel
+  from compclip_jax.models import clip_config  # pylint: disable=import-outside-toplevel
+  m = config.model
+  cfg = clip_config.tiny() if m.random == "tiny" else clip_config.named(m.random)
+  cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=config.data.image_size))
+  bench_device.components(cfg, config.batch_size, text_len, m.text_compute_dtype or m.compute_dtype, m.frozen_dtype,
+                          m.attention, runs)
+
+
 def main(argv):
-  if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline", "train"):
-    raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train [flags]")
+  if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline", "train", "device"):
+    raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train|device [flags]")
+  if argv[1] == "device":
+    from compclip_jax import bench_device  # pylint: disable=import-outside-toplevel
+    bench_device.main(["--smoke"] if _SMOKE.value else [])
+    return
   if argv[1] == "train":
     if _CONFIG.value is None:
       raise app.UsageError("bench train needs --config=configs/<method>.py[:arg]")
+    if _COMPONENTS.value:
+      bench_components(_CONFIG.value, _TEXT_LEN.value, _RUNS.value)
+      return
     bench_train(_CONFIG.value, _RUNS.value, _PEAK.value)
     return
   if argv[1] == "pipeline":

@@ -1,24 +1,31 @@
-"""The `:demo` path: the whole method on a laptop CPU, on the synthetic compositional world.
+"""The synthetic-world demo: the whole method on a laptop CPU, on a generated compositional world — an entry point on
+top of the library (`train.run` on `configs/<method>.py:demo` values; nothing in training knows the demo exists).
 
-  python -m compclip_jax.main --config=configs/clic.py:demo --workdir=runs/demo
+  python -m compclip_jax.demo --method=clic --workdir=runs/demo      # also read, negclip, clip, clic_read
+  python -m compclip_jax.demo --methods=clip,clic,read --seeds=0,1,2 --workdir=runs/sweep   # a seed sweep
 
-1. the world (training images + captions in the CLIC CSV and COCO formats) and its held-out benchmarks
-   (SugarCrepe, SugarCrepe++ and retrieval files built on pairings of colour–shape bindings never seen in training);
+1. the world (training images + captions in the CLIC CSV and COCO formats, every caption's spaCy analysis) and its
+   held-out benchmarks (SugarCrepe, SugarCrepe++ and retrieval files built on pairings of colour–shape bindings never
+   seen in training), written once into `<workdir>/world` by the first training run (`data.source="synthetic"`,
+   `evals.source="synthetic"`) and read by every later one;
 2. a tiny CLIP pretrained from scratch with the plain contrastive loss (on single images and, with
-   `demo.pretrain_collages`, two-image collages), cached in `<workdir>/pretrained` (reruns and the other methods'
-   demos reuse it); for READ also a tiny T5 v1.1 decoder trained on the world's captions to
-   reconstruct them from that CLIP's (frozen) text embedding, cached in `<workdir>/pretrained_t5` — READ's frozen
-   decoder, standing in for the language-pretrained T5 v1.1 of a real run;
-3. fine-tuning with the method from that checkpoint, evaluated before and after;
+   `DemoOptions.pretrain_collages`, two-image collages), cached in `<workdir>/pretrained` (reruns and the other methods'
+   demos reuse it); for a method with READ's decoder also a tiny random T5 v1.1 decoder (the bundled SentencePiece
+   model) trained to reconstruct the captions from that CLIP's (frozen) text embedding, cached in
+   `<workdir>/pretrained_t5` — READ's frozen decoder, standing in for the language-pretrained T5 v1.1 of a real run;
+3. fine-tuning with the method from that checkpoint (`configs/<method>.py:demo`), evaluated before and after;
 4. a before/after table (console + `<workdir>/report_<method>.md`) and plots (`<workdir>/report_<method>.png`).
 
-`python -m compclip_jax.demo --workdir=DIR --seeds=0,1,2` runs several methods over several seeds (`sweep`), with
-plain contrastive fine-tuning (`configs/clip.py:demo`) as the control: the same data and steps without a method,
-training the text side (as CLIC and NegCLIP do) or all of CLIP (as READ does).
+A sweep (`sweep`) runs several methods over several seeds, with plain contrastive fine-tuning (`configs/clip.py:demo`)
+as the control: the same data and steps without a method, training the text side (as CLIC and NegCLIP do) or all of
+CLIP (as READ does). The demo's own knobs (pretraining) are `DemoOptions`, one flag each; `--config.KEY=VALUE`
+overrides the fine-tuning config.
 """
 from __future__ import annotations
 
+import ast
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -26,14 +33,9 @@ from collections import Counter
 
 import jax
 import numpy as np
-from flax import nnx
 
-from compclip_jax import synthetic, train
+from compclip_jax import config_files, methods, synthetic, train
 from compclip_jax.metrics import tag as metric_tag
-from compclip_jax.data.tokenizers import T5Tokenizer
-from compclip_jax.models.clip import DTypes
-from compclip_jax.models.t5 import T5Config, T5Decoder
-from compclip_jax.weights import hf, params
 
 # (benchmark, metric, label) rows of the report
 REPORT_ROWS = (
@@ -45,89 +47,87 @@ REPORT_ROWS = (
      for k in (1, 5)])
 
 
-def _world(c, workdir: str) -> tuple[dict, dict]:
-  world = synthetic.write_world(os.path.join(workdir, "world"), c.data.generate, seed=c.seed)
-  bench = synthetic.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), c.evals.generate,
-                                     seed=c.seed + 1000)
-  return world, bench
+@dataclasses.dataclass(frozen=True)
+class DemoOptions:
+  """The demo's own settings: what the fine-tuning starts from (the fine-tuning itself is `configs/<m>.py:demo`)."""
+  model: str = "tiny"  # the CLIP pretrained from scratch (model.random: 'tiny' or an open_clip name)
+  # plain contrastive pretraining on single images *and* two-image collages with their joined captions (web data has
+  # collages; CLIC's concatenated inputs would otherwise be unlike anything the frozen vision tower has seen)
+  pretrain_collages: bool = True
+  pretrain_steps: int = 1000
+  pretrain_batch: int = 64
+  pretrain_lr: float = 1e-3
+  decoder_steps: int = 300  # READ's decoder: reconstruction-only training on the frozen pretrained CLIP
+  decoder_lr: float = 1e-3
 
 
-def _on_world(c, world: dict, bench: dict):
-  """A copy of `c` that reads the world's files directly (no generation) and evaluates on its benchmarks."""
+def _common():
+  config_files.ensure_importable()  # the installed package's copy of configs/ when not run from a checkout
+  from configs import common  # pylint: disable=import-outside-toplevel
+  return common
+
+
+def _on_world(c, workdir: str):
+  """A copy of `c` that trains on, and evaluates with, the one world of the demo's workdir (written by whichever run
+  comes first; the world and its benchmarks are seeded by `c.seed`)."""
   c = copy.deepcopy(c)
-  c.data.generate, c.evals.generate = 0, 0
-  if c.data.source == "csv":
-    c.data.path = world["csv"]
-  else:
-    c.data.path, c.data.paraphrases = world["coco_json"], world["paraphrases"]
-  c.data.image_root = world["images"]
-  c.data.splits = ("train",)
-  c.evals.data_dir, c.evals.image_dir = bench["data_dir"], bench["image_dir"]
+  c.data.source, c.data.path = "synthetic", os.path.join(workdir, "world")
+  c.evals.source, c.evals.data_dir, c.evals.image_dir = "synthetic", os.path.join(workdir, "world", "benchmarks"), ""
   return c
 
 
-def pretrain(c, workdir: str, world: dict, bench: dict) -> str:
+def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
   """The tiny CLIP trained from scratch with the contrastive loss; cached. Returns its HF export directory."""
   out = os.path.join(workdir, "pretrained")
   export = os.path.join(out, "export", "hf")
   if os.path.exists(os.path.join(export, "model.safetensors")):
     return export
-  p = copy.deepcopy(c)
-  if c.demo.pretrain_collages:
-    # Plain contrastive learning on single images *and* two-image collages with their joined captions (web data has
-    # collages; CLIC's concatenated inputs would otherwise be unlike anything the frozen vision tower has seen).
-    # These are CLIC's data with only its contrastive term: no negatives, no paraphrase term, both towers train.
-    p.method, p.data.source, p.clip_every = "clic", "csv", 1
+  p = _on_world(c, workdir)
+  if opts.pretrain_collages:  # CLIC's data with only its contrastive term: no negatives, no paraphrase term
+    p.method, p.data.synthetic_format, p.clip_every = "clic", "csv", 1
     p.loss.w_cont, p.loss.w_sneg, p.loss.w_uni = 1.0, 0.0, 0.0
   else:
-    p.method, p.data.source, p.clip_every = "clip", "coco", 0
-  p = _on_world(p, world, bench)
-  p.model.random, p.model.init = c.demo.model, ""
-  p.batch_size, p.total_steps = c.demo.pretrain_batch, c.demo.pretrain_steps
-  p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "read", c.demo.pretrain_lr, max(1, c.demo.pretrain_steps // 20)
-  p.optim.trainable, p.optim.frozen = (r".*",), ()
-  p.optim.decay, p.optim.no_decay = (r".*\.(kernel|embedding)",), (r".*\.(bias|scale)", r"logit_scale",
-                                                                    r".*class_embedding")
+    p.method, p.data.synthetic_format, p.clip_every = "clip", "coco", 0
+  p.model.random, p.model.init = opts.model, ""
+  p.batch_size, p.total_steps = opts.pretrain_batch, opts.pretrain_steps
+  p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "read", opts.pretrain_lr, max(1, opts.pretrain_steps // 20)
+  common = _common()
+  p.optim.trainable, p.optim.frozen = (r".*",), ()  # both towers
+  p.optim.decay, p.optim.no_decay = common.DECAY_2D, common.NO_DECAY_2D
   p.evals.benchmarks = ()
-  p.checkpoint.every_steps = max(1, c.demo.pretrain_steps // 4)
+  p.checkpoint.every_steps = max(1, opts.pretrain_steps // 4)
   train.run(p, out)
   return export
 
 
-def pretrain_decoder(c, workdir: str, world: dict, bench: dict, clip_init: str) -> str:
-  """READ's decoder: a random tiny T5 v1.1 decoder (SentencePiece model trained on the world's captions) trained with
-  the reconstruction loss alone on the frozen pretrained CLIP; cached. Returns its HF T5 directory."""
+def pretrain_decoder(c, workdir: str, clip_init: str, opts: DemoOptions = DemoOptions()) -> str:
+  """READ's decoder: a random tiny T5 v1.1 decoder (`t5.random`, the bundled SentencePiece model) trained with the
+  reconstruction loss alone on the frozen pretrained CLIP; cached. Returns its HF T5 directory."""
   out = os.path.join(workdir, "pretrained_t5")
   export = os.path.join(out, "export", "t5")
   if os.path.exists(os.path.join(export, "model.safetensors")):
     return export
-  init = os.path.join(out, "init")
-  tok = T5Tokenizer(synthetic.write_t5_tokenizer(init, world["coco_json"]))
-  d = c.t5.random_d_model  # v1.1 proportions: 64-wide heads, d_ff = 2.75 d_model
-  cfg = T5Config(vocab_size=int(tok.sp.get_piece_size()), d_model=d, d_kv=64, d_ff=int(2.75 * d),
-                 num_decoder_layers=c.t5.random_layers, num_heads=max(1, d // 64))
-  hf.save_t5_decoder_dir(cfg, params.flat_params(T5Decoder(cfg, DTypes(), rngs=nnx.Rngs(c.seed + 1))), init)
-  p = _on_world(c, world, bench)
-  p.model.init, p.t5.init = clip_init, init
+  p = _on_world(c, workdir)
+  p.method, p.data.synthetic_format = "read", "coco"
+  p.model.random, p.model.init, p.t5.init, p.t5.random = "", clip_init, "", True
   p.optim.trainable, p.optim.frozen = (r"decoder\..*", r"proj\.kernel"), (r"clip\..*",)
   p.optim.no_decay = tuple(p.optim.no_decay) + (r"decoder\..*layer_norm\.weight",)  # T5's RMSNorm scales
   p.loss.w_con, p.loss.w_rec, p.loss.w_align = 0.0, 1.0, 0.0
-  p.total_steps, p.optim.lr, p.optim.warmup_steps = c.demo.decoder_steps, c.demo.decoder_lr, 20
+  p.total_steps, p.optim.lr, p.optim.warmup_steps = opts.decoder_steps, opts.decoder_lr, 20
   p.export.hf, p.export.t5_decoder = False, True
   p.evals.benchmarks = ()
   train.run(p, out)
   return export
 
 
-def run(c, workdir: str, name: str = "") -> dict:
+def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions()) -> dict:
   """The demo of `c`'s method (its runs and reports named `name`, default the method) → {label: (before, after)}."""
   name = name or c.method
-  world, bench = _world(c, workdir)
-  init = pretrain(c, workdir, world, bench)
-  f = _on_world(c, world, bench)
+  init = pretrain(c, workdir, opts)
+  f = _on_world(c, workdir)
   f.model.random, f.model.init = "", init
-  if c.method == "read":
-    f.t5.init = pretrain_decoder(c, workdir, world, bench, init)
+  if methods.get(c.method).decoder:
+    f.t5.init, f.t5.random = pretrain_decoder(c, workdir, init, opts), False
   run_dir = os.path.join(workdir, name)
   train.run(f, run_dir)
   return report(run_dir, workdir, name)
@@ -139,7 +139,8 @@ def _metrics(run_dir: str) -> list[dict]:
 
 
 def report(run_dir: str, workdir: str, method: str) -> dict:
-  """Before (step 0) and after (last evaluation) for each report row; table + plots. Returns {label: (before, after)}."""
+  """Before (step 0) and after (last evaluation) for each report row; table + plots.
+  Returns {label: (before, after)}."""
   rows = _metrics(run_dir)
   evals = [m for m in rows if any(k.startswith("eval/") for k in m)]
   before, after = evals[0], evals[-1]
@@ -187,19 +188,23 @@ def _plot(rows: list[dict], table: dict, path: str, method: str) -> None:
 SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read")
 
 
-def sweep_config(name: str):
-  """The `:demo` config of a sweep entry (SWEEP_METHODS)."""
-  from compclip_jax import config_files  # pylint: disable=import-outside-toplevel
-  config_files.ensure_importable()  # the installed package's copy of configs/ when not run from a checkout
-  from configs import clic, clip, common, negclip, read  # pylint: disable=import-outside-toplevel
+def demo_config(name: str):
+  """The `:demo` config of a method (a config name: clic, read, negclip, clip, clic_read) or of the control
+  "clip_all" (plain contrastive fine-tuning of all of CLIP)."""
   if name == "clip_all":
-    c = clip.get_config("demo")
+    c = config_files.load("clip").get_config("demo")
+    common = _common()
     c.optim.trainable, c.optim.frozen = common.CLIP_TEXT + common.CLIP_VISION, ()
     return c
-  return {"clip": clip, "clic": clic, "negclip": negclip, "read": read}[name].get_config("demo")
+  if name not in config_files.names():
+    raise ValueError(f"no config named {name!r} (known: {', '.join(config_files.names())}, clip_all)")
+  return config_files.load(name).get_config("demo")
 
 
-def sweep(methods: list[str], seeds: list[int], workdir: str) -> dict:
+sweep_config = demo_config  # the older name
+
+
+def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = DemoOptions()) -> dict:
   """Every method's demo for every seed (world, pretrained models and fine-tuning all seeded) under
   `<workdir>/seed<k>`; then mean ± std tables (absolute; paired change from the pretrained model and beyond each
   method's control) and a plot over seeds (`<workdir>/summary.{md,png}`). A finished run is not retrained:
@@ -207,10 +212,10 @@ def sweep(methods: list[str], seeds: list[int], workdir: str) -> dict:
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
   cols: dict[str, dict[str, list]] = {}
   for seed in seeds:
-    for k, m in enumerate(methods):
-      c = sweep_config(m)
+    for k, m in enumerate(names):
+      c = demo_config(m)
       c.seed = seed
-      table = run(c, os.path.join(workdir, f"seed{seed}"), m)
+      table = run(c, os.path.join(workdir, f"seed{seed}"), m, opts)
       for label, (before, after) in table.items():
         if k == 0:
           cols.setdefault("pretrained", {}).setdefault(label, []).append(before)
@@ -329,18 +334,47 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
   return dict(counts)
 
 
+def _override(c, assignment: str) -> None:
+  """Applies `KEY=VALUE` (dotted KEY, VALUE a Python literal or else a string) to the config `c`."""
+  key, sep, text = assignment.partition("=")
+  if not sep:
+    raise ValueError(f"--config.{assignment}: expected --config.KEY=VALUE")
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    value = text
+  *path, leaf = key.split(".")
+  node = c
+  for part in path:
+    node = node[part]
+  if leaf not in node:
+    raise ValueError(f"--config.{key}: no such config key")
+  node[leaf] = value
+
+
 def main(argv=None) -> None:
   import argparse  # pylint: disable=import-outside-toplevel
-  ap = argparse.ArgumentParser(description="Run the synthetic-world demo of several methods over several seeds and "
-                               "summarise (mean ± std).")
+  ap = argparse.ArgumentParser(
+      description="The synthetic-world demo: one method (--method) or a seed sweep of several (--methods, --seeds) "
+      "with mean ± std summaries. --config.KEY=VALUE overrides the fine-tuning config (configs/<method>.py:demo).")
   ap.add_argument("--workdir", required=True)
+  ap.add_argument("--method", help="one demo: clic, read, negclip, clip, clic_read (or clip_all); default: a sweep")
+  ap.add_argument("--seed", type=int, default=0, help="with --method: the seed of the world, pretraining and run")
   ap.add_argument("--methods", default=",".join(SWEEP_METHODS),
-                  help="comma-separated: clic, negclip, read, and the controls clip (plain contrastive fine-tuning of "
-                  "the text side) and clip_all (of all of CLIP)")
-  ap.add_argument("--seeds", default="0,1,2", help="comma-separated integers")
+                  help="sweep: comma-separated methods, and the controls clip (plain contrastive fine-tuning of the "
+                  "text side) and clip_all (of all of CLIP)")
+  ap.add_argument("--seeds", default="0,1,2", help="sweep: comma-separated integers")
+  parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "float": float, "str": str}
+  for f in dataclasses.fields(DemoOptions):  # annotations are strings here (from __future__ import annotations)
+    kind = parse[f.type]
+    ap.add_argument(f"--{f.name}", type=kind, default=f.default, help=f"DemoOptions.{f.name} (default {f.default})")
   ap.add_argument("--negative_kinds", action="store_true",
                   help="instead: count what CLIC's hard negatives swap on <workdir>/world's captions, and exit")
-  a = ap.parse_args(argv)
+  a, rest = ap.parse_known_args(argv)
+  overrides = [r[len("--config."):] for r in rest if r.startswith("--config.")]
+  if len(overrides) != len(rest):
+    ap.error(f"unrecognized arguments: {' '.join(r for r in rest if not r.startswith('--config.'))}")
+  opts = DemoOptions(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DemoOptions)})
   if a.negative_kinds:
     rows = os.path.join(a.workdir, "world", "clic_rows.csv")
     if not os.path.exists(rows):
@@ -350,12 +384,24 @@ def main(argv=None) -> None:
     for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]):
       print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
     return
-  methods = [m for m in a.methods.split(",") if m]
-  bad = [m for m in methods if m not in SWEEP_METHODS]
+  logging.getLogger().setLevel(logging.WARNING)
+  if a.method:
+    try:
+      c = demo_config(a.method)
+      c.seed = a.seed
+      for o in overrides:
+        _override(c, o)
+    except (ValueError, KeyError, TypeError) as e:
+      ap.error(str(e))
+    run(c, a.workdir, a.method, opts)
+    return
+  if overrides:
+    ap.error("--config.KEY=VALUE applies to one demo (--method), not to a sweep")
+  names = [m for m in a.methods.split(",") if m]
+  bad = [m for m in names if m not in SWEEP_METHODS]
   if bad:
     ap.error(f"unknown method(s) {bad}: use {', '.join(SWEEP_METHODS)}")
-  logging.getLogger().setLevel(logging.WARNING)
-  sweep(methods, [int(s) for s in a.seeds.split(",")], a.workdir)
+  sweep(names, [int(s) for s in a.seeds.split(",")], a.workdir, opts)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Evaluate a CLIP checkpoint on the compositional benchmarks, retrieval and zero-shot classification.
+"""Evaluate a CLIP checkpoint on the compositional benchmarks, retrieval and zero-shot classification (the flags and
+`main`; the library is `compclip_jax.evaluators.run`, which the trainer and the notebooks use).
 
   python -m compclip_jax.evaluate --model=PATH --benchmark=sugarcrepe,sugarcrepe_pp --data_dir=DIR --image_dir=DIR \
       --output=OUT_DIR [--tie=strict|lenient]
@@ -13,16 +14,14 @@ plus `results.md`, the combined table (also printed), and `skipped.jsonl` (`comp
 """
 from __future__ import annotations
 
-import logging
 import os
-import time
 
 from absl import app, flags
 
 from compclip_jax import cli
 from compclip_jax.evaluators import output, registry, scorers
 from compclip_jax.evaluators.encoding import Encoder
-from compclip_jax.evaluators.output import markdown  # re-exported: the Colab notebooks import it from here
+from compclip_jax.evaluators.run import run_benchmarks
 
 _MODEL = flags.DEFINE_string("model", None, "Checkpoint load_clip reads (HF dir, open_clip file, compclip dir).")
 _BENCH = flags.DEFINE_list("benchmark", ["all"], f"Comma list of {sorted(registry.BENCHMARKS)}, "
@@ -42,20 +41,6 @@ _CACHE = flags.DEFINE_string("cache_dir", None, "Where generated ARO order negat
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated ARO order negatives.")
 
 
-def run_benchmarks(encoder: Encoder, names: list[str], data_dir: str, image_dir: str, tie: str = "strict",
-                   cache_dir: str | None = None, seed: int = 0) -> dict[str, dict]:
-  """{benchmark: metrics} with the encoder's current weights; unknown names raise, missing files name themselves."""
-  out = {}
-  for name in names:
-    t0 = time.perf_counter()
-    task = registry.load(name, data_dir, image_dir, cache_dir, seed)
-    img = encoder.images(task.images.items, desc=f"{name} images")
-    txt = encoder.texts(task.texts.items, desc=f"{name} texts")
-    out[name] = {"task": task.task, "dataset": task.name,
-                 "metrics": task.score(img, txt, tie) | {"seconds": round(time.perf_counter() - t0, 1)}}
-  return out
-
-
 def main(argv):
   del argv
   for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
@@ -71,7 +56,7 @@ def main(argv):
     raise app.UsageError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary")
   results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value, _IMAGES.value,
                            _TIE.value, _CACHE.value, _SEED.value)
-  print(markdown(results))
+  print(output.markdown(results))
   out_dir = _OUTPUT.value[:-len(".json")] if _OUTPUT.value.endswith(".json") else _OUTPUT.value
   label = _LABEL.value or _MODEL_NAME.value or os.path.basename(os.path.abspath(_MODEL.value))
   written = output.write(out_dir, results, label, _MODEL.value, _TIE.value, skipped)

@@ -7,11 +7,13 @@ Nothing is ever downloaded, and nothing is unpickled unsafely.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import shutil
-from typing import Callable
+import types
+from typing import Callable, Mapping
 
 import numpy as np
 from flax import nnx
@@ -20,7 +22,7 @@ from compclip_jax.data.images import Preprocess
 from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, T5Tokenizer
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
-from compclip_jax.models.t5 import T5Decoder
+from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, params
 
 FORMATS = ("hf", "open_clip", "compclip")
@@ -82,6 +84,18 @@ def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPToke
   return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
 
 
+@functools.lru_cache(maxsize=8)
+def _shape_only_template(cfg: clip_config.CLIPConfig, text_dtypes: DTypes, vision_dtypes: DTypes,
+                         remat_text: bool) -> tuple[nnx.GraphDef, nnx.State, Mapping[str, tuple[int, ...]]]:
+  """(graphdef, shape-only state, {param path: shape}) of `CLIP(cfg, …)`, built from the config (no tracing, no
+  random init) once per architecture and dtypes in a process. Constructing the 24 NNX layers of a ViT-B/32 costs
+  0.15–0.3 s of Python bookkeeping, about what copying its weights costs; merging a copy of the template ~25 ms. The
+  cache holds only ShapeDtypeStructs and immutable graph definitions; every model merged from it has its own
+  Variables."""
+  model = CLIP(cfg, rngs=ShapeOnlyRngs(), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes, remat_text=remat_text)
+  return (*nnx.split(model), types.MappingProxyType(params.shapes(model)))  # read-only: shared by every load
+
+
 def load_clip_params(path: str, model_name: str | None = None, activation: str | None = None,
                      abstract_model: Callable[[clip_config.CLIPConfig], CLIP] | None = None):
   """(config, our flat params as numpy, tokenizer, preprocess) of a checkpoint, nothing on a device yet.
@@ -104,11 +118,14 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
   is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
   """
-  # Built shape-only from the config (no tracing, no random init): the checkpoint's arrays then fill it.
-  make = lambda cfg: CLIP(cfg, rngs=ShapeOnlyRngs(), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes,
-                          remat_text=remat_text)
-  _, flat, tokenizer, preprocess, abstract = load_clip_params(path, model_name, activation, make)
-  return params.fill(abstract, flat), tokenizer, preprocess
+  fmt, cfg, raw = read_checkpoint(path, model_name, activation)
+  graphdef, state, shapes = _shape_only_template(cfg, text_dtypes, vision_dtypes, remat_text)
+  model = nnx.merge(graphdef, state, copy=True)
+  flat = raw.to_ours(shapes)  # views (transposes, q/k/v splits); every mismatch reported at once
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  tokenizer, preprocess = _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+  # One device_put lays the transposed views out as it copies: no numpy copy of the 150 M parameters of its own.
+  return params.fill_in_place(model, flat), tokenizer, preprocess
 
 
 def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIPTokenizer | None = None,
@@ -173,11 +190,22 @@ def _builtin_merges(tokenizer: CLIPTokenizer) -> list[str] | None:
   return None
 
 
-def load_t5_decoder(directory: str, dtypes: DTypes = DTypes()) -> tuple[T5Decoder, T5Tokenizer | None]:
-  """The frozen READ decoder from an HF T5 v1.1 directory (decoder, shared embedding, lm_head) and its tokenizer."""
-  cfg, raw = hf.read_t5_dir(directory)
-  abstract = params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)))
-  model = params.fill(abstract, raw.to_ours(params.shapes(abstract)))
-  spiece = os.path.join(directory, "spiece.model")
-  return model, (T5Tokenizer(spiece) if os.path.exists(spiece) else None)
+def load_t5_decoder_params(directory: str, dtypes: DTypes = DTypes(), tokenizer: str | None = None
+                           ) -> tuple[T5Config, dict[str, np.ndarray], T5Tokenizer | None]:
+  """(config, our flat params as numpy, tokenizer) of the frozen READ decoder in an HF T5 v1.1 directory (decoder,
+  shared embedding, lm_head; the encoder is read past), nothing on a device yet (METHODS §2.1).
 
+  `tokenizer`: a `spiece.model` path, which must exist; by default the directory's own `spiece.model`, and None
+  where it has none. `dtypes` are those of the decoder the params will fill (they do not change its shapes).
+  """
+  cfg, raw = hf.read_t5_dir(directory)
+  flat = raw.to_ours(params.shapes(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)))))
+  spiece = tokenizer or os.path.join(directory, "spiece.model")
+  return cfg, flat, (T5Tokenizer(spiece) if tokenizer or os.path.exists(spiece) else None)
+
+
+def load_t5_decoder(directory: str, dtypes: DTypes = DTypes(),
+                    tokenizer: str | None = None) -> tuple[T5Decoder, T5Tokenizer | None]:
+  """The frozen READ decoder (on the device) and its tokenizer, from `load_t5_decoder_params`."""
+  cfg, flat, tok = load_t5_decoder_params(directory, dtypes, tokenizer)
+  return params.fill(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0))), flat), tok

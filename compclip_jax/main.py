@@ -11,8 +11,13 @@ workdir, unrestorable checkpoints, too many bad records, read-only workdir), one
 (COMPCLIP_TRACEBACK=1 shows it); 3 stopped on a NaN/Inf loss or norm (the last good checkpoint is kept);
 130 / 143 stopped by SIGINT (Ctrl-C) / SIGTERM after writing a checkpoint — rerun the same command to resume.
 The console shows the run's own lines and warnings; --verbosity=0 (or -v 0) brings back every library's INFO log.
+The synthetic-world demo is its own entry point, python -m compclip_jax.demo (given a `:demo` config, this one
+says so and exits 2).
 """
 from __future__ import annotations
+
+import os
+import sys
 
 import jax
 from absl import app, flags
@@ -34,21 +39,23 @@ _ALLOW = flags.DEFINE_list("allow_config_change", [], "Config keys (or dotted pr
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  spec = config_flags.get_config_filename(flags.FLAGS["config"])
+  if spec.endswith(":demo"):  # the demo pretrains the model its fine-tuning starts from: its own entry point
+    name = os.path.basename(spec.rpartition(":")[0]).removesuffix(".py")
+    print(f"error: the demo is its own command: python -m compclip_jax.demo --method={name} --workdir="
+          f"{_WORKDIR.value} (configs/{name}.py:demo is its fine-tuning step, which starts from the model the demo "
+          "pretrains)", file=sys.stderr)
+    sys.exit(cli.EXIT_USER_ERROR)
   cli.quiet_logging(cli.verbosity_given())  # before jax starts its backends (their C++ logs read the environment)
   if _NPROC.value and _NPROC.value > 1:
     jax.distributed.initialize(_COORD.value, _NPROC.value, _PID.value)
   elif _DISTRIBUTED.value:
     jax.distributed.initialize()
-  if _CONFIG.value.demo.enabled:
-    from compclip_jax import demo  # pylint: disable=import-outside-toplevel
-    demo.run(_CONFIG.value, _WORKDIR.value)
-  else:
-    from compclip_jax import train  # pylint: disable=import-outside-toplevel
-    train.run(_CONFIG.value, _WORKDIR.value, tuple(_ALLOW.value))
+  from compclip_jax import train  # pylint: disable=import-outside-toplevel
+  train.run(_CONFIG.value, _WORKDIR.value, tuple(_ALLOW.value))
 
 
 if __name__ == "__main__":
-  import sys  # pylint: disable=g-import-not-at-top
   from compclip_jax import config_files  # pylint: disable=g-import-not-at-top
   sys.argv = config_files.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
   flags.mark_flag_as_required("config")

@@ -71,13 +71,19 @@ def _truncate_after(path: str, step: int) -> int:
 
 
 class MetricWriter:
-  """Writes {step, metrics} to `workdir/metrics.jsonl` and TensorBoard (`workdir/tb`) on process 0 only."""
+  """Writes {step, metrics} to `workdir/metrics.jsonl` and TensorBoard (`workdir/tb`) on process 0 only.
+
+  `console_terms`: the loss terms the console line shows besides `loss` and `loss/<kind>` — metric `x/<term>` for
+  each (the method's `console_terms`, e.g. cont, sneg, uni → clic/cont, clic/sneg, clic/uni).
+  """
 
   def __init__(self, workdir: str, total_steps: int, global_batch: int, flops_per_step: float | None = None,
-               peak_flops: float | None = None, start_step: int = 0, hparams: dict | None = None):
+               peak_flops: float | None = None, start_step: int = 0, hparams: dict | None = None,
+               console_terms: tuple[str, ...] = ()):
     self.primary = jax.process_index() == 0
     self.total, self.batch = total_steps, global_batch
     self.flops, self.peak = flops_per_step, peak_flops
+    self.console_terms = tuple(console_terms)
     self._t0, self._s0 = time.perf_counter(), None
     self._jsonl = self._tb = None
     if self.primary:
@@ -100,6 +106,10 @@ class MetricWriter:
         from tensorboardX.summary import hparams as hp_summary  # pylint: disable=import-outside-toplevel
         for summary in hp_summary(flat_hparams(hparams), {"loss": 0.0}):
           self._tb.file_writer.add_summary(summary)
+
+  def set_flops(self, flops_per_step: float | None) -> None:
+    """XLA's FLOPs of one training step (known once the steps are compiled; None: no MFU on the console)."""
+    self.flops = flops_per_step
 
   def write(self, step: int, metrics: dict, console: bool = True, rate: bool = True) -> dict:
     """Host values of `metrics` at `step` (raises NonFiniteLoss on a NaN/Inf of GUARDED); returns what was written.
@@ -143,7 +153,7 @@ class MetricWriter:
   def line(self, step: int, v: dict) -> str:
     parts = [f"step {step}/{self.total}"]
     parts += [f"{k} {v[k]:.4f}" for k in sorted(v) if k == "loss" or k.startswith("loss/") or "/" in k and
-              k.split("/")[1] in ("cont", "sneg", "uni", "con", "rec", "align")]
+              k.split("/")[1] in self.console_terms]
     if "lr" in v:
       parts.append(f"lr {v['lr']:.2e}")
     if "samples_per_s" in v:

@@ -25,7 +25,7 @@ FORMAT = 1
 # Config values that do not change what is trained (logging, evaluation, checkpoint cadence, export, layout, speed):
 # they may differ between starts of one run. Prefixes match dotted keys.
 NEUTRAL = ("log_every", "peak_flops", "evals.", "checkpoint.", "export.", "data.num_workers", "data.max_skip_fraction",
-           "data.trim_tokens", "mesh.", "model.remat_text", "demo.",
+           "data.trim_tokens", "mesh.", "model.remat_text", "model.remat_policy",
            # represented by the resolved values of the fingerprint (total_steps) or there under the same name
            "num_epochs")
 # Differences no checkpoint can continue with: another model, another optimiser state tree, other data pipelines.
@@ -102,7 +102,7 @@ def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_rec
   flat["optim.trainable_set"] = {"count": len(trainable), "digest": _digest(sorted(trainable))}
   flat["model.init_files"] = file_identity(c["model"]["init"])
   flat["t5.init_files"] = file_identity(c["t5"]["init"])
-  if not c["data"]["generate"]:  # a generated world is defined by data.generate and seed, both compared above
+  if c["data"]["source"] != "synthetic":  # a synthetic world is defined by its size and seed, compared above
     flat["data.files"] = file_identity(c["data"]["path"])
   flat["data.records"] = int(data_records)
   return _jsonable(flat)

@@ -1,6 +1,9 @@
 """A small synthetic compositional world rendered with PIL, written in the real data formats (CLIC CSV + images,
 COCO-style JSON + paraphrases, SugarCrepe / SugarCrepe++ / Karpathy retrieval files), so the `:runlocal` and `:demo`
-configs run the same loaders, transforms and evaluators as a real run.
+configs run the same loaders, transforms and evaluators as a real run. Training reads it as a data source
+(`data.source="synthetic"`, `compclip_jax.data.sources.synthetic_source`), evaluation as a benchmark source
+(`evals.source="synthetic"`, `compclip_jax.evaluators.run.benchmark_dirs`); each is written once, on process 0, and
+recorded in a manifest (`world.json`, `benchmarks.json`) that makes a rerun reuse it and refuse another (size, seed).
 
 Scenes hold 1–3 objects (colour, shape, size) with a spatial relation between the first two; images have varied
 sizes in both orientations. Each image gets captions in varied phrasings, a multi-sentence description (CLIC's extra
@@ -150,11 +153,58 @@ def captions(sc: dict, rng: np.random.Generator) -> dict:
           "paraphrases": [ph[k] for k in order[5:]] or [ph[order[-1]]]}
 
 
+WORLD_MANIFEST, BENCHMARKS_MANIFEST = "world.json", "benchmarks.json"
+WORLD_FORMAT = 1  # bump when the files a (size, seed) world holds change
+
+
+def _check_manifest(path: str, want: dict, what: str) -> bool:
+  """True when `path` records exactly `want` (the files are complete and reusable); False when there is none (write
+  them); a different record raises: reusing it would silently train or evaluate on another world."""
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    have = json.load(f)
+  if have != want:
+    diff = ", ".join(f"{k} {have.get(k)} (asked: {v})" for k, v in want.items() if have.get(k) != v)
+    raise ValueError(f"{os.path.dirname(path)} holds other synthetic {what}: {diff}; point the config at another "
+                     "folder (data.path / evals.data_dir) or delete this one")
+  return True
+
+
+def _write_manifest(path: str, record: dict) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(record, f)
+  os.replace(tmp, path)  # last, and atomic: a world is complete iff its manifest exists
+
+
+def world_paths(root: str) -> dict:
+  """The files of a world under `root` (`write_world` writes them)."""
+  return {"images": os.path.join(root, "images"), "csv": os.path.join(root, "clic_rows.csv"),
+          "coco_json": os.path.join(root, "dataset_coco.json"), "paraphrases": os.path.join(root, "paraphrases.json"),
+          "manifest": os.path.join(root, WORLD_MANIFEST)}
+
+
+def world_record(n: int, seed: int) -> dict:
+  """What `<root>/world.json` records of a world: it is a function of these alone."""
+  return {"format": WORLD_FORMAT, "size": int(n), "seed": int(seed)}
+
+
+def read_world(root: str, n: int, seed: int) -> dict:
+  """The paths of the complete world of (n, seed) under `root`; raises if it is missing or another one."""
+  paths = world_paths(root)
+  if not _check_manifest(paths["manifest"], world_record(n, seed), "data"):
+    raise FileNotFoundError(f"{root}: no synthetic world ({WORLD_MANIFEST} missing): process 0 writes it "
+                            "(compclip_jax.synthetic.write_world)")
+  return paths
+
+
 def write_world(root: str, n: int, seed: int = 0) -> dict:
-  """Writes n training images and both data formats under `root`; returns the paths. Reruns reuse what is there."""
-  paths = {"images": os.path.join(root, "images"), "csv": os.path.join(root, "clic_rows.csv"),
-           "coco_json": os.path.join(root, "dataset_coco.json"), "paraphrases": os.path.join(root, "paraphrases.json")}
-  if all(os.path.exists(p) for p in paths.values()):
+  """Writes n training images and both data formats under `root`, then `world.json`; returns the paths.
+
+  A complete world of the same (n, seed) is reused as it is; one of another (n, seed) raises (ValueError)."""
+  paths = world_paths(root)
+  if _check_manifest(paths["manifest"], world_record(n, seed), "data"):
     return paths
   os.makedirs(paths["images"], exist_ok=True)
   rng = np.random.default_rng(seed)
@@ -175,20 +225,42 @@ def write_world(root: str, n: int, seed: int = 0) -> dict:
     json.dump({"images": images, "dataset": "synthetic"}, f)
   with open(paths["paraphrases"], "w") as f:
     json.dump(paras, f)
+  _write_manifest(paths["manifest"], world_record(n, seed))
   return paths
 
 
-def write_t5_tokenizer(root: str, coco_json: str, vocab_size: int = 200) -> str:
-  """A SentencePiece model trained on the world's captions (the READ decoder's tokenizer) → spiece.model."""
+# ------------------------------------------------------------------------------------- the bundled T5 tokenizer
+def vocabulary_corpus(n: int = 2000, seed: int = 0) -> list[str]:
+  """Every kind of sentence the world writes (captions, extra sentences, paraphrases, benchmark captions and their
+  negatives) over n training and n benchmark scenes: its vocabulary is fixed (COLORS, SHAPES, SIZES, RELATIONS and
+  the templates of `phrasings`, `captions`, `benchmark_rows`), so this covers any world of any size and seed."""
+  rng = np.random.default_rng(seed)
+  held = held_out_pairings()
+  out = []
+  for benchmark in (False, True):
+    for _ in range(n):
+      sc = scene(rng, held, benchmark=benchmark)
+      caps = captions(sc, rng)
+      out += phrasings(sc) + caps["extra"]
+      if benchmark:
+        out += [t for row in benchmark_rows(sc, rng).values() for t in row.values()]
+  return out
+
+
+def train_t5_tokenizer(out: str, vocab_size: int = 200) -> str:
+  """Trains the SentencePiece model of a random T5 decoder on `vocabulary_corpus()` → `out` (a .model path).
+
+  The package ships its result as `compclip_jax/assets/synthetic_spiece.model` (T5's special ids: pad 0, eos 1, unk
+  2; no bos), made by `python -m compclip_jax.synthetic --t5_tokenizer=compclip_jax/assets/synthetic_spiece.model`."""
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
-  out = os.path.join(root, "spiece.model")
-  if not os.path.exists(out):
-    os.makedirs(root, exist_ok=True)
-    with open(coco_json) as f:
-      sents = [s["raw"] for im in json.load(f)["images"] for s in im["sentences"]]
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sents), model_prefix=out[: -len(".model")],
-                                   vocab_size=vocab_size, hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2,
-                                   bos_id=-1, minloglevel=2)
+  if not out.endswith(".model"):
+    raise ValueError(f"{out}: the SentencePiece model path must end in .model")
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  # one thread and a fixed input order: the same pieces and scores on every rerun
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(vocabulary_corpus()), model_prefix=out[: -len(".model")],
+                                 vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=1.0, pad_id=0,
+                                 eos_id=1, unk_id=2, bos_id=-1, num_threads=1, minloglevel=2)
+  os.remove(out[: -len(".model")] + ".vocab")  # the .model holds everything the tokenizer reads
   return out
 
 
@@ -217,12 +289,28 @@ def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
   return {k: {"caption": cap, "caption2": para, "negative_caption": v} for k, v in rows.items()}
 
 
-def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
+def benchmarks_record(n: int, seed: int) -> dict:
+  """What `<data_dir>/benchmarks.json` records of a world's benchmarks: a function of these alone."""
+  return {"format": WORLD_FORMAT, "size": int(n), "seed": int(seed)}
+
+
+def read_benchmarks(data_dir: str, n: int, seed: int, image_dir: str = "") -> dict:
+  """The folders of the complete benchmarks of (n, seed) under `data_dir`; raises if missing or another set."""
+  images = image_dir or os.path.join(data_dir, "images")
+  if not _check_manifest(os.path.join(data_dir, BENCHMARKS_MANIFEST), benchmarks_record(n, seed), "benchmarks"):
+    raise FileNotFoundError(f"{data_dir}: no synthetic benchmarks ({BENCHMARKS_MANIFEST} missing): process 0 writes "
+                            "them (compclip_jax.synthetic.write_benchmarks)")
+  return {"data_dir": data_dir, "image_dir": images}
+
+
+def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") -> dict:
   """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes, each built on a held-out pairing,
-  in the real formats, under `root/data` (annotations) and `root/images`. Reruns reuse what is there."""
-  data, images = os.path.join(root, "data"), os.path.join(root, "images")
-  done = os.path.join(root, "complete")
-  if os.path.exists(done):
+  in the real formats: annotations as `python -m compclip_jax.evaluate --data_dir` reads them (`sugarcrepe/`,
+  `sugarcrepe_pp/`, `retrieval/`) under `data_dir`, images under `image_dir` (default `<data_dir>/images`), then
+  `benchmarks.json`. Complete files of the same (n, seed) are reused; another (n, seed) raises (ValueError).
+  → {"data_dir", "image_dir"}"""
+  data, images = data_dir, image_dir or os.path.join(data_dir, "images")
+  if _check_manifest(os.path.join(data, BENCHMARKS_MANIFEST), benchmarks_record(n, seed), "benchmarks"):
     return {"data_dir": data, "image_dir": images}
   for d in ("sugarcrepe", "sugarcrepe_pp", "retrieval"):
     os.makedirs(os.path.join(data, d), exist_ok=True)
@@ -251,5 +339,18 @@ def write_benchmarks(root: str, n: int, seed: int = 1) -> dict:
       json.dump(rows, f)
   with open(os.path.join(data, "retrieval", "coco_test.json"), "w") as f:
     json.dump({"images": karpathy}, f)
-  open(done, "w").close()
+  _write_manifest(os.path.join(data, BENCHMARKS_MANIFEST), benchmarks_record(n, seed))
   return {"data_dir": data, "image_dir": images}
+
+
+def main(argv=None) -> None:
+  import argparse  # pylint: disable=import-outside-toplevel
+  ap = argparse.ArgumentParser(description="Synthetic-world assets: the bundled T5 tokenizer.")
+  ap.add_argument("--t5_tokenizer", required=True, metavar="OUT.model",
+                  help="train the random T5 decoder's SentencePiece model on the world's fixed vocabulary into OUT")
+  a = ap.parse_args(argv)
+  print(train_t5_tokenizer(a.t5_tokenizer))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,8 +1,10 @@
 """Training: `run(config, workdir)` reads top to bottom — config check, mesh, data, model and weights, parameter
 rules and optimiser, sharded state, jitted steps, restore, loop, export.
 
-Every step kind is one `jax.jit` (state donated); CLIC alternates CLIC and CLIP steps by step number (METHODS §1.4),
-each kind with its own pipeline over one shared shuffled order (step g gets global batch g). Checkpoints hold the
+The method (compclip_jax/methods/, `config.method`) says what is trained: its step kinds and their alternation, each
+kind's samples, image normalisation and loss, its extra model parts. Nothing here names a method. Every step kind is
+one `jax.jit` (state donated) with its own pipeline over one shared shuffled order (step g gets global batch g, from
+the pipeline of the kind the method runs at g, METHODS §1.4). Checkpoints hold the
 trainable state, the optimiser state and every pipeline's iterator state, so a rerun with the same workdir continues
 exactly where the last checkpoint left off.
 """
@@ -12,7 +14,6 @@ import dataclasses
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 
@@ -21,21 +22,24 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 
-from compclip_jax import checkpointing, loading, optim, runinfo, sharding, steps
+from compclip_jax import assets, checkpointing, loading, methods, optim, runinfo, sharding, steps
 from compclip_jax.data import pipeline as pl
-from compclip_jax.data import records, samples
-from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
+from compclip_jax.data import records, samples, sources
+from compclip_jax.data.images import Preprocess
+from compclip_jax.data.sources import PreparedSource
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.evaluators import run as evaluation
+from compclip_jax.evaluators.encoding import Encoder
+from compclip_jax.methods import Method
 from compclip_jax.metrics import MetricWriter
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.clip import ATTENTION, CLIP, REMAT_POLICIES, DTypes
 from compclip_jax.models.read import READ_PROJ_INITS, READModel, clip_of, read_proj_init
 from compclip_jax.models.t5 import T5Config, T5Decoder
-from compclip_jax.weights import hf, params
+from compclip_jax.weights import params
 
-METHODS = ("clic", "read", "negclip", "clip")
-SOURCES = ("csv", "coco", "prepared")
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
@@ -57,8 +61,10 @@ class Interrupted(Exception):
 def validate(c: ml_collections.ConfigDict) -> None:
   """Every problem found before anything loads or compiles, reported at once."""
   errors = []
-  if c.method not in METHODS:
-    errors.append(f"method {c.method!r}: use one of {METHODS}")
+  if c.method in methods.names():
+    errors += methods.get(c.method).validate(c)
+  else:
+    errors.append(f"method {c.method!r}: use one of {methods.names()}")
   if not c.model.init and not c.model.random:
     errors.append("model.init (a path load_clip reads) or model.random ('tiny' or an open_clip name) is required")
   if c.model.init and not os.path.exists(c.model.init):
@@ -66,22 +72,15 @@ def validate(c: ml_collections.ConfigDict) -> None:
   if c.model.random and c.model.random != "tiny" and c.model.random.removesuffix("-quickgelu") not in \
       clip_config.OPEN_CLIP_MODELS:
     errors.append(f"model.random {c.model.random!r}: use 'tiny' or one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
-  if c.method == "read" and not c.t5.init and not c.data.generate:
-    errors.append("READ needs t5.init: an HF T5 v1.1 directory (e.g. google/t5-v1_1-large downloaded locally)")
   if c.t5.init and not os.path.isdir(c.t5.init):
     errors.append(f"t5.init {c.t5.init} is not a directory")
-  if c.data.source not in SOURCES:
-    errors.append(f"data.source {c.data.source!r}: use one of {SOURCES}")
-  if not c.data.generate:
-    if not c.data.path or not os.path.exists(c.data.path):
-      errors.append(f"data.path {c.data.path!r} does not exist")
-    if c.data.source != "prepared" and not os.path.isdir(c.data.image_root or ""):
-      errors.append(f"data.image_root {c.data.image_root!r} is not a directory")
-    if c.data.paraphrases and not os.path.exists(c.data.paraphrases):
-      errors.append(f"data.paraphrases {c.data.paraphrases} does not exist")
-  for name in ("frozen_dtype", "compute_dtype"):
-    if c.model[name] not in DTYPE_NAMES:
+  errors += sources.config_errors(c.data) + evaluation.config_errors(c.evals)
+  for name in ("frozen_dtype", "compute_dtype", "text_compute_dtype", "vision_compute_dtype"):
+    if c.model[name] not in DTYPE_NAMES and not (name.endswith("_compute_dtype") and c.model[name] == ""):
       errors.append(f"model.{name} {c.model[name]!r}: use one of {DTYPE_NAMES}")
+  if c.model.attention not in ATTENTION or c.model.remat_policy not in REMAT_POLICIES:
+    errors.append(f"model.attention {c.model.attention!r} / model.remat_policy {c.model.remat_policy!r}: use one "
+                  f"of {ATTENTION} / {REMAT_POLICIES}")
   if c.model.read_proj_init not in READ_PROJ_INITS:
     errors.append(f"model.read_proj_init {c.model.read_proj_init!r}: use one of {READ_PROJ_INITS}")
   n_dev, n_proc = jax.device_count(), jax.process_count()
@@ -93,39 +92,16 @@ def validate(c: ml_collections.ConfigDict) -> None:
     raise ConfigError("config problems:\n  " + "\n  ".join(errors))
 
 
-def step_kinds(c) -> list[str]:
-  return {"clic": ["clic", "clic_clip"] if c.clip_every > 0 else ["clic"], "read": ["read"],
-          "negclip": ["negclip"], "clip": ["clip"]}[c.method]
-
-
-def kind_at(c, step: int) -> str:
-  return steps.clic_schedule_kind(step, c.clip_every) if c.method == "clic" else step_kinds(c)[0]
-
-
-def schedule_period(c) -> int:
-  """Steps after which `kind_at` repeats: clip_every CLIC steps + 1 CLIP step for CLIC, else 1."""
-  return c.clip_every + 1 if c.method == "clic" and c.clip_every > 0 else 1
-
-
 # --------------------------------------------------------------------------------------------------------- data
 def make_source(c, workdir: str):
-  if c.data.generate:  # :runlocal — the synthetic world, written once into the workdir
-    from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-    root = os.path.join(workdir, "world")
-    if jax.process_index() == 0:  # one writer; the other processes wait, then read the same files
-      synthetic.write_world(root, c.data.generate, seed=c.seed)
-    multihost_utils.sync_global_devices("synthetic world written")
-    world = synthetic.write_world(root, c.data.generate, seed=c.seed)
-    if c.data.source == "csv":
-      return CsvSource(world["csv"], world["images"], any_image_format=c.data.any_image_format), world
-    return CocoSource(world["coco_json"], world["images"], ("train",), read_paraphrases(world["paraphrases"])), world
-  if c.data.source == "csv":
-    return CsvSource(c.data.path, c.data.image_root, any_image_format=c.data.any_image_format), None
-  if c.data.source == "coco":
-    paras = read_paraphrases(c.data.paraphrases) if c.data.paraphrases else None
-    return CocoSource(c.data.path, c.data.image_root, tuple(c.data.splits), paras), None
-  return PreparedSource(c.data.path), None
+  """The training source of `c.data` (data/sources.py); a synthetic world is written once, by process 0."""
+  return sources.make_source(c.data, workdir, c.seed, jax.process_index(), _barrier)
+
+
+def _barrier(name: str) -> None:
+  """Every process waits here for the others (a no-op with one process)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
 
 
 def sample_options(c, image_size: int) -> samples.SampleOptions:
@@ -152,11 +128,19 @@ class Model:
   preprocess_std: tuple
   t5_cfg: T5Config | None = None
 
+  @property
+  def preprocess(self) -> Preprocess:
+    """The model's eval transform (input size, mean, std): what evaluation and the export use."""
+    return Preprocess(self.clip_cfg.vision.image_size, tuple(self.preprocess_mean), tuple(self.preprocess_std))
 
-def build_model(c, world) -> Model:
-  dt = DTypes(compute=c.model.compute_dtype)
-  make_clip = lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=dt, vision_dtypes=dt,
-                               remat_text=c.model.remat_text)
+
+def build_model(c) -> Model:
+  dt = DTypes(compute=c.model.compute_dtype)  # READ's decoder, and each tower unless its own knob is set
+  text_dt = DTypes(compute=c.model.text_compute_dtype or c.model.compute_dtype)
+  vision_dt = DTypes(compute=c.model.vision_compute_dtype or c.model.compute_dtype)
+  make_clip = lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt,
+                               remat_text=c.model.remat_text, attention=c.model.attention,
+                               remat_policy=c.model.remat_policy)
   if c.model.init:
     cfg, flat, tok, pre, _ = loading.load_clip_params(c.model.init, c.model.model_name or None,
                                                       c.model.activation or None,
@@ -171,47 +155,47 @@ def build_model(c, world) -> Model:
     flat = params.flat_params(make_clip(cfg))
     tok, mean, std = CLIPTokenizer.default(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD
   tok = tok.with_cleaning(c.data.clean_text)  # METHODS §1.2 step 7: open_clip's ftfy / html cleaning
-  if c.method != "read":
+  if not methods.get(c.method).decoder:
     return Model(params.abstract(lambda: make_clip(cfg)), flat, cfg, tok, None, mean, std)
-  # READ: CLIP + W + the frozen T5 v1.1 decoder
-  t5_dt = DTypes(compute=c.model.compute_dtype)
+  # READ's parts: CLIP + W + the frozen T5 v1.1 decoder
   if c.t5.init:
-    t5_cfg, raw = hf.read_t5_dir(c.t5.init)
-    t5_tok = T5Tokenizer(os.path.join(c.t5.init, "spiece.model"))
-    t5_flat = raw.to_ours(params.shapes(params.abstract(lambda: T5Decoder(t5_cfg, t5_dt, rngs=nnx.Rngs(0)))))
-  else:  # :runlocal — a tiny random decoder with a SentencePiece model trained on the world's captions
-    from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
-    t5_tok = T5Tokenizer(synthetic.write_t5_tokenizer(os.path.dirname(world["csv"]), world["coco_json"]))
-    d = c.t5.random_d_model  # v1.1 proportions: 64-wide heads, d_ff = 2.75 d_model (2816 at large's 1024)
-    t5_cfg = T5Config(vocab_size=max(int(t5_tok.sp.get_piece_size()), c.t5.random_vocab), d_model=d, d_kv=64,
-                      d_ff=int(2.75 * d), num_decoder_layers=c.t5.random_layers, num_heads=max(1, d // 64))
-    t5_flat = params.flat_params(T5Decoder(t5_cfg, t5_dt, rngs=nnx.Rngs(c.seed + 1)))
+    t5_cfg, t5_flat, t5_tok = loading.load_t5_decoder_params(c.t5.init, dt, c.t5.tokenizer or None)
+    if t5_tok is None:
+      raise ConfigError(f"{c.t5.init} has no spiece.model: copy the checkpoint's tokenizer there or set t5.tokenizer")
+  else:  # t5.random: a tiny random decoder; its tokenizer is data-independent (default: the bundled model)
+    t5_tok = T5Tokenizer(c.t5.tokenizer or assets.SYNTHETIC_T5_SPIECE)
+    t5_cfg = T5Config.v1_1(c.t5.random_d_model, c.t5.random_layers,
+                           max(int(t5_tok.sp.get_piece_size()), c.t5.random_vocab))
+    t5_flat = params.flat_params(T5Decoder(t5_cfg, dt, rngs=nnx.Rngs(c.seed + 1)))
   if t5_tok.sp.get_piece_size() > t5_cfg.vocab_size:
     raise ConfigError(f"the T5 tokenizer has {t5_tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
                       f"{t5_cfg.vocab_size}: t5.init's spiece.model and config.json do not belong together")
   w = read_proj_init(c.model.read_proj_init)(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
   flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
           "proj.kernel": np.asarray(w)}
-  abstract = params.abstract(lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=t5_dt))
+  abstract = params.abstract(lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt,
+                                               t5_attention=c.model.attention))
   return Model(abstract, flat, cfg, tok, t5_tok, mean, std, t5_cfg)
 
 
 # ---------------------------------------------------------------------------------------------------------- run
 @dataclasses.dataclass
 class Trainer:
-  """Everything `setup` builds: data pipelines, the sharded state and the jitted step of each kind."""
+  """Everything `setup` builds: data pipelines, the sharded state and the jitted step of each kind (keyed by kind
+  name, as the checkpointed data states are)."""
   config: ml_collections.ConfigDict
+  method: Method
   model: Model
   kinds: list[str]
-  pipes: dict
+  pipes: dict[str, pl.Batches]
   total: int
-  state: steps.TrainState
-  frozen: object
-  state_sh: object
-  batch_sh: object
-  step_fns: dict  # kind → jax.jit(step), compiled on first use
-  graphdef: object
-  mesh: object
+  state: steps.TrainState  # the initial state (the loop carries its own; `compile_step` takes one)
+  frozen: nnx.State
+  state_sh: steps.TrainState  # a TrainState of shardings
+  batch_sh: jax.sharding.Sharding
+  step_fns: dict[str, jax.stages.Wrapped]  # kind → jax.jit(step), compiled on first use
+  graphdef: nnx.GraphDef
+  mesh: jax.sharding.Mesh
   skips: records.SkipReport | None = None  # every dropped record: read-time rejects and load-time skips
   n_records: int = 0  # records the data source holds (the run's fingerprint records it)
 
@@ -220,7 +204,6 @@ class Trainer:
     if self.config.data.trim_tokens:
       length = pl.text_length(local, self.model.tokenizer.eot_id)
       if jax.process_count() > 1:  # every host must cut at the same width
-        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
         length = int(np.max(multihost_utils.process_allgather(np.int32(length))))
       local = pl.trim_tokens(local, length)
     return pl.to_global(local, self.batch_sh)
@@ -230,41 +213,42 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   """Config check, mesh, data, model + weights, parameter rules, optimiser, sharded state, jitted steps."""
   validate(c)
   runinfo.check_writable(workdir)  # a read-only workdir is a one-line error, not a traceback from orbax
+  method = methods.get(c.method)
 
   # --- mesh
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
   logging.info("mesh %s over %d devices, %d process(es)", dict(mesh.shape), jax.device_count(), jax.process_count())
 
   # --- data
-  source, world = make_source(c, workdir)
+  source = make_source(c, workdir)
   # read-time rejects: logged with examples, written to <workdir>/skipped.jsonl, checked against max_skip_fraction
   skips = records.SkipReport.for_workdir(workdir, c.data.max_skip_fraction, jax.process_index())
   skips.add_source(source)
   if len(source) < c.batch_size // jax.process_count():
     raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
                       f"{c.batch_size // jax.process_count()}")
-  model = build_model(c, world)
+  model = build_model(c)
   size = model.clip_cfg.vision.image_size
   if isinstance(source, PreparedSource):
     if source.image_size != size:
       raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
                         f"python -m compclip_jax.prepare with --image_size={size}")
-    if c.method == "read" and not source.meta.get("parsed"):
-      raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CLIC rows); READ's negatives need a "
-                        "COCO-style source prepared with --coco_json")
+    if method.needs_parse and not source.meta.get("parsed"):
+      raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CLIC rows); {c.method}'s negatives need "
+                        "a COCO-style source prepared with --coco_json")
   opts = sample_options(c, size)  # the model's input size, whatever data.image_size says
-  kinds = step_kinds(c)
+  kinds = method.step_kinds(c)
   # One shuffled order for all kinds (METHODS §1.4): step g's batch is global batch g of it, from the pipeline of
-  # kind_at(g); each pipeline builds only its own kind's batches, so each row is used once per epoch.
-  shares = pl.interleave([kind_at(c, g) for g in range(schedule_period(c))])
-  pipes = {k: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed, num_workers=c.data.num_workers,
-                                                        max_skip_fraction=c.data.max_skip_fraction, options=opts,
-                                                        period=shares[k][0], slots=shares[k][1]),
-                              model.tokenizer, model.t5_tokenizer, jax.process_index(), jax.process_count())
+  # method.kind_at(g); each pipeline builds only its own kind's batches, so each row is used once per epoch.
+  shares = pl.interleave([method.kind_at(c, g).name for g in range(method.period(c))])
+  pipes = {k.name: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed,
+                                                             num_workers=c.data.num_workers,
+                                                             max_skip_fraction=c.data.max_skip_fraction, options=opts,
+                                                             period=shares[k.name][0], slots=shares[k.name][1]),
+                                   model.tokenizer, model.t5_tokenizer, jax.process_index(), jax.process_count())
            for k in kinds}
   for k, p in pipes.items():
     skips.attach(p.skips, k)
-  norms = {k: samples.normalization(k, opts, model.preprocess_mean, model.preprocess_std) for k in kinds}
   total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
 
   # --- parameter rules: trainable vs frozen, decay vs not (each parameter matched exactly once)
@@ -297,16 +281,18 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   batch_sh = sharding.batch_sharding(mesh)
 
   # --- jitted steps
-  step_fns = {k: jax.jit(steps.make_step(k, graphdef, tx, schedule, norms, c.loss),
-                         in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
-                         donate_argnums=(0,)) for k in kinds}
-  return Trainer(c, model, kinds, pipes, total, state, frozen, state_sh, batch_sh, step_fns, graphdef, mesh, skips,
-                 n_records=len(source))
+  # each kind's images normalised with its own constants (METHODS §1.2 step 4: CLIC's ImageNet ones by default)
+  norm = lambda k: k.normalization(opts, model.preprocess_mean, model.preprocess_std)
+  step_fns = {k.name: jax.jit(steps.make_step(k, graphdef, tx, schedule, norm(k), c.loss),
+                              in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
+                              donate_argnums=(0,)) for k in kinds}
+  return Trainer(c, method, model, [k.name for k in kinds], pipes, total, state, frozen, state_sh, batch_sh, step_fns,
+                 graphdef, mesh, skips, n_records=len(source))
 
 
-def compile_step(t: Trainer, kind: str, batch: dict):
-  """(compiled step, XLA's FLOPs per step or None, peak bytes per device or None) for `kind` on `batch`."""
-  compiled = t.step_fns[kind].lower(t.state, t.frozen, batch).compile()
+def compile_step(t: Trainer, kind: str, state: steps.TrainState, batch: dict):
+  """(compiled step, XLA's FLOPs per step or None, peak bytes per device or None) for `kind` on (`state`, `batch`)."""
+  compiled = t.step_fns[kind].lower(state, t.frozen, batch).compile()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   mem = compiled.memory_analysis()
@@ -335,7 +321,6 @@ def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[s
     except runinfo.WorkdirBusy as e:
       busy = e
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     if int(multihost_utils.broadcast_one_to_all(np.int32(busy is not None))) and busy is None:
       busy = runinfo.WorkdirBusy(f"{workdir} is in use by another training process (process 0 says which)")
   if busy is not None:
@@ -401,7 +386,7 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
   # --- loop
   writer = MetricWriter(workdir, t.total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None,
                         start_step=start,  # drops metrics.jsonl lines past `start` (they are about to recur)
-                        hparams=c.to_dict())
+                        hparams=c.to_dict(), console_terms=t.method.console_terms)
   evaluate_at = make_evaluator(c, t, workdir, writer)
   if start == 0:
     evaluate_at(0, state)  # the starting point, for before/after comparisons
@@ -420,14 +405,13 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
   last, recent = {}, {}
   try:
     for step in range(start, t.total):
-      kind = kind_at(c, step)
+      kind = t.method.kind_at(c, step).name
       batch = t.global_batch(kind)
       # one executable per kind and token-width bucket (trimming picks the width per batch)
       key = (kind, tuple(x.shape for x in jax.tree.leaves(batch)))
       if key not in compiled:
-        t.state = state
-        compiled[key], flops[kind], _ = compile_step(t, kind, batch)
-        writer.flops = (sum(f for f in flops.values() if f) / len(flops)) if all(flops.values()) else None
+        compiled[key], flops[kind], _ = compile_step(t, kind, state, batch)
+        writer.set_flops((sum(flops.values()) / len(flops)) if all(flops.values()) else None)
       state, metrics = compiled[key](state, t.frozen, batch)
       recent[kind] = metrics
       done = step + 1
@@ -451,7 +435,6 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
 
   # --- export (frozen parameters from the initial checkpoint, trained ones from the state)
   if jax.process_count() > 1:  # FSDP shards may live on other hosts: every process joins the gather
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     trainable = multihost_utils.process_allgather(state.trainable, tiled=True)
   else:
     trainable = jax.device_get(state.trainable)
@@ -468,20 +451,9 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
   """evaluate_at(step, state): the configured benchmarks on the current weights, logged as eval/<bench>/<metric>."""
   if not c.evals.benchmarks:
     return lambda step, state: None
-  from compclip_jax.data.images import Preprocess  # pylint: disable=import-outside-toplevel
-  from compclip_jax.evaluate import run_benchmarks  # pylint: disable=import-outside-toplevel
-  from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
-  data_dir, image_dir = c.evals.data_dir, c.evals.image_dir
-  if c.evals.generate:  # :runlocal — held-out scenes of the synthetic world in the real benchmark formats
-    from compclip_jax import synthetic  # pylint: disable=import-outside-toplevel
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-    root = os.path.join(workdir, "world", "benchmarks")
-    if jax.process_index() == 0:
-      synthetic.write_benchmarks(root, c.evals.generate, seed=c.seed + 1000)
-    multihost_utils.sync_global_devices("synthetic benchmarks written")
-    data_dir, image_dir = synthetic.write_benchmarks(root, c.evals.generate).values()
-  cfg = t.model.clip_cfg
-  pre = Preprocess(cfg.vision.image_size, tuple(t.model.preprocess_mean), tuple(t.model.preprocess_std))
+  # the benchmark folders (a synthetic world's are written once, by process 0; evaluators/run.py)
+  data_dir, image_dir = evaluation.benchmark_dirs(c.evals, workdir, c.seed, jax.process_index(), _barrier)
+  pre = t.model.preprocess
   current_clip = lambda state: clip_of(nnx.merge(t.graphdef, state.trainable, t.frozen))
   encoder = None
 
@@ -491,7 +463,7 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
     if encoder is None:
       encoder = Encoder(clip, t.model.tokenizer, pre, c.evals.batch_size, t.mesh, progress=False)
     encoder.set_params(clip)
-    results = run_benchmarks(encoder, list(c.evals.benchmarks), data_dir, image_dir, c.evals.tie)
+    results = evaluation.run_benchmarks(encoder, list(c.evals.benchmarks), data_dir, image_dir, c.evals.tie)
     flat = {f"eval/{b}/{k}": v for b, r in results.items() for k, v in r["metrics"].items()
             if isinstance(v, (int, float))}
     writer.write(step, flat, console=False, rate=False)
@@ -519,17 +491,11 @@ def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:
 def export(c, workdir: str, model: Model, trainable) -> None:
   flat = dict(model.flat)
   flat.update({".".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(trainable)})
-  if c.method == "read":
-    if c.export.t5_decoder:
-      out = os.path.join(workdir, "export", "t5")
-      hf.save_t5_decoder_dir(model.t5_cfg, {k[len("decoder."):]: v for k, v in flat.items()
-                                            if k.startswith("decoder.")}, out)
-      shutil.copyfile(model.t5_tokenizer.path, os.path.join(out, "spiece.model"))
-      logging.info("exported the T5 decoder: %s", out)
-    flat = {k[len("clip."):]: v for k, v in flat.items() if k.startswith("clip.")}
+  method = methods.get(c.method)
+  if method.export_parts is not None:  # the method's own parts (READ's decoder); CLIP's parameters for the rest
+    flat = method.export_parts(c, workdir, model.t5_cfg, model.t5_tokenizer, flat)
   clip = params.fill(params.abstract(lambda: CLIP(model.clip_cfg, rngs=nnx.Rngs(0))), flat)
-  from compclip_jax.data.images import Preprocess  # pylint: disable=import-outside-toplevel
-  pre = Preprocess(model.clip_cfg.vision.image_size, tuple(model.preprocess_mean), tuple(model.preprocess_std))
+  pre = model.preprocess
   if c.export.hf:
     written = loading.save_clip(clip, os.path.join(workdir, "export", "hf"), "hf", tokenizer=model.tokenizer,
                                 preprocess=pre)

@@ -15,14 +15,25 @@ def base() -> ml_collections.ConfigDict:
   c.seed = 0
   c.model = dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16",
                  compute_dtype="float32", remat_text=False,
+                 # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained
+                 # parameters and AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference
+                 # numerics) | "xla" | "cudnn" | "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16);
+                 # remat_policy "full" | "dots_saveable" | "none", used when remat_text
+                 text_compute_dtype="", vision_compute_dtype="", attention="explicit", remat_policy="full",
                  # READ's W (METHODS §2.1): "torch_linear" = torch nn.Linear's default, uniform ±1/√fan_in
                  # (reference); "lecun_normal" = normal with std 1/√fan_in (old, √3 larger)
                  read_proj_init="torch_linear")
-  # t5.random_*: the random decoder of :runlocal (v1.1-large is d_model 1024, vocab 32128, 24 layers)
-  c.t5 = dict(init="", random_layers=2, random_d_model=64, random_vocab=0)
+  # READ's frozen decoder: t5.init, an HF T5 v1.1 directory; or t5.random, a random one of random_* (:runlocal, the
+  # demo; v1.1-large is d_model 1024, vocab 32128, 24 layers). t5.tokenizer: a SentencePiece .model, default
+  # t5.init's spiece.model, else the one shipped for the synthetic world (compclip_jax/assets/synthetic_spiece.model).
+  c.t5 = dict(init="", tokenizer="", random=False, random_layers=2, random_d_model=64, random_vocab=0)
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
+  # data.source: csv, coco, prepared (data.path) or synthetic: the generated world (compclip_jax/synthetic.py) of
+  # data.synthetic_size scenes seeded by `seed`, written once into data.path (default <workdir>/world), read as CLIC
+  # rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco").
   c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=("train", "restval"), num_workers=0,
-                max_skip_fraction=0.05, image_size=224, generate=0, clic_concat=True, trim_tokens=True,
+                max_skip_fraction=0.05, image_size=224, synthetic_size=0, synthetic_format="csv", clic_concat=True,
+                trim_tokens=True,
                 clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False,
                 # METHODS §1.2 step 6 / §2.2, docs/fidelity.md: shared words removed tag by tag (reference); non-word
                 # tokens no swap candidates (fix); READ swaps only non-overlapping spans (True: reference's garbling)
@@ -50,9 +61,11 @@ def base() -> ml_collections.ConfigDict:
   # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
   # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate.
   # Lists are tuples so that they can be overridden from the command line: --config.evals.benchmarks='("valse",)'.
-  c.evals = dict(benchmarks=(), every_steps=0, data_dir="", image_dir="", tie="strict", batch_size=64, generate=0)
-  c.demo = dict(enabled=False, model="tiny", pretrain_collages=False, pretrain_steps=0, pretrain_batch=0,
-                pretrain_lr=0.0, decoder_steps=0, decoder_lr=0.0)
+  # evals.source: "files" (evals.data_dir / image_dir) or "synthetic": the synthetic world's held-out benchmarks
+  # (evals.synthetic_size scenes seeded by seed + 1000), written once into evals.data_dir (default
+  # <workdir>/world/benchmarks) in the real SugarCrepe / SugarCrepe++ / retrieval formats.
+  c.evals = dict(benchmarks=(), every_steps=0, source="files", data_dir="", image_dir="", synthetic_size=0,
+                 tie="strict", batch_size=64)
   return c
 
 
@@ -71,10 +84,12 @@ def with_arg(c: ml_collections.ConfigDict, arg: str, name: str) -> ml_collection
 
 
 def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collections.ConfigDict:
-  """A tiny random model on generated data (the synthetic world in the workdir): a minute on a laptop CPU."""
+  """A tiny random model on the synthetic world (written into the workdir), in the format the method reads (CLIC
+  rows, or COCO JSON + paraphrases), evaluated on its held-out benchmarks: a minute on a laptop CPU."""
   c.model.random = "tiny"
   c.model.frozen_dtype = "float32"
-  c.data.generate = world_size
+  c.t5.random = True  # READ: a tiny random decoder (the other methods have none)
+  c.data.source, c.data.synthetic_format, c.data.synthetic_size = "synthetic", c.data.source, world_size
   c.data.image_size = 32
   c.batch_size = 8
   c.total_steps = 6
@@ -84,18 +99,17 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64) -> ml_collectio
   c.optim.start_lr, c.optim.end_lr = 1e-5, 1e-6
   c.optim.warmup_steps = 2
   c.evals.benchmarks = ("sugarcrepe", "sugarcrepe_pp", "coco_retrieval")
-  c.evals.generate = 32  # held-out scenes of the same world, in the real benchmark formats
+  c.evals.source, c.evals.synthetic_size = "synthetic", 32  # held-out scenes of the same world, real formats
   return c
 
 
 def demo(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The synthetic-world demo (compclip_jax/demo.py): a tiny CLIP pretrained from scratch (cached), then the method."""
+  """The fine-tuning step of the synthetic-world demo (`python -m compclip_jax.demo`, which pretrains the tiny CLIP it
+  starts from and points data.path / evals.data_dir at one shared world): config values only."""
   runlocal(c)
-  c.demo.update(dict(enabled=True, model="tiny", pretrain_collages=True, pretrain_steps=1000, pretrain_batch=64,
-                     pretrain_lr=1e-3, decoder_steps=300, decoder_lr=1e-3))
-  c.data.generate = 16000
+  c.data.synthetic_size = 16000
   c.data.image_size = 64
-  c.evals.generate = 300
+  c.evals.synthetic_size = 300
   c.evals.every_steps = 250
   c.batch_size = 32
   c.total_steps = 1000  # 32,000 samples: two passes over the world, too few to memorise its scenes

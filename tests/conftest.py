@@ -45,6 +45,21 @@ def benchmarks_dir() -> pathlib.Path:
   return BENCHMARKS
 
 
+@pytest.fixture
+def absl_flags_parsed():
+  """What an absl entry point (app.run, as in python -m compclip_jax.main) has done before a pipeline with grain
+  worker processes starts: grain reads its flag --grain_enable_multiprocess_worker_profiling in the parent
+  (ProcessPrefetchIterDataset.__iter__, whenever jax's profiler hooks load), which absl refuses before parsing.
+  Library code leaves absl alone, so the test, as the entry point, does it — and undoes it."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  if flags.FLAGS.is_parsed():
+    yield
+    return
+  flags.FLAGS.mark_as_parsed()
+  yield
+  flags.FLAGS.unparse_flags()
+
+
 @pytest.fixture(scope="session")
 def tagger():
   """spaCy's full pipeline, loaded once per test process (its per-sentence memo is deterministic)."""

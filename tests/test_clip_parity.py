@@ -104,3 +104,57 @@ def test_named_shapes_match_transformers(name):
     ref = transformers.CLIPModel(transformers.CLIPConfig.from_dict(clip_config.to_hf_dict(cfg)))
   ours = params.shapes(params.abstract(lambda: CLIP(cfg, rngs=nnx.Rngs(0))))
   assert sum(int(np_.prod(s)) for s in ours.values()) == sum(p.numel() for p in ref.parameters())
+
+
+def _tiny_pair(attention: str, **kw):
+  """An explicit-attention tiny CLIP and one with `attention` (or other options) holding the very same weights."""
+  from flax import nnx
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP
+  ref = CLIP(clip_config.tiny(), rngs=nnx.Rngs(0))
+  other = CLIP(clip_config.tiny(), rngs=nnx.Rngs(1), attention=attention, **kw)
+  nnx.update(other, nnx.state(ref))
+  return ref, other
+
+
+@pytest.mark.parametrize("attention", ["xla", "auto"])
+def test_fused_attention_matches_explicit(attention):
+  """model.attention = jax.nn.dot_product_attention: causal text (every position's hidden state, so a missing
+  mask shows) and non-causal vision within 1e-5 of the explicit formulation, fp32."""
+  ref, fused = _tiny_pair(attention)
+  ids = fx.varied_ids(6, 77, 49408, 49407, 0, seed=1)
+  px = _pixels(3, 32)
+  np.testing.assert_allclose(np.asarray(fused.text_model(ids)[0]), np.asarray(ref.text_model(ids)[0]), atol=1e-5,
+                             rtol=0)
+  np.testing.assert_allclose(np.asarray(fused.encode_image(px)), np.asarray(ref.encode_image(px)), atol=1e-5, rtol=0)
+
+
+def test_unknown_attention_or_remat_policy_is_refused():
+  from flax import nnx
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP
+  with pytest.raises(ValueError, match="model.attention 'flash'"):
+    CLIP(clip_config.tiny(), rngs=nnx.Rngs(0), attention="flash")
+  with pytest.raises(ValueError, match="model.remat_policy 'some'"):
+    CLIP(clip_config.tiny(), rngs=nnx.Rngs(0), remat_text=True, remat_policy="some")
+
+
+@pytest.mark.parametrize("policy", ["full", "dots_saveable", "none"])
+def test_remat_policies_give_the_same_gradients(policy):
+  """Rematerialisation recomputes; it must not change the text tower's gradients."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  ref, remat = _tiny_pair("explicit", remat_text=True, remat_policy=policy)
+  ids = fx.varied_ids(4, 20, 49408, 49407, 0, seed=2)
+  w = jnp.asarray(np.random.default_rng(3).standard_normal((4, 32)), jnp.float32)
+
+  def grads(model):
+    gd, params, rest = nnx.split(model, nnx.Param, ...)
+    loss = lambda p: jnp.sum(nnx.merge(gd, p, rest).encode_text(ids, normalize=True) * w)
+    return jax.grad(loss)(params)
+
+  g_ref, g = grads(ref), grads(remat)
+  assert remat.text_model.encoder.remat == (policy != "none")
+  for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=1e-5)

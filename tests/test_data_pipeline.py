@@ -3,8 +3,8 @@ import json
 
 import numpy as np
 import pytest
-from PIL import Image
 
+from compclip_jax import methods
 from compclip_jax.data import negatives as neg
 from compclip_jax.data import pipeline as pl
 from compclip_jax.data import samples
@@ -35,7 +35,8 @@ def t5tok(tmp_path_factory):
   import sentencepiece as spm
   tmp = tmp_path_factory.mktemp("spm")
   corpus = [df.caption(np.random.default_rng(i)) for i in range(300)]
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40, hard_vocab_limit=False, minloglevel=2,
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40,
+                                 hard_vocab_limit=False, minloglevel=2,
                                  pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
   return T5Tokenizer(str(tmp / "spiece.model"))
 
@@ -43,7 +44,7 @@ def t5tok(tmp_path_factory):
 def _cfg(kind, **kw):
   kw.setdefault("options", samples.SampleOptions(image_size=64))
   kw.setdefault("max_skip_fraction", 0.5)
-  return pl.PipelineConfig(kind, **kw)
+  return pl.PipelineConfig(methods.step_kind(kind), **kw)
 
 
 # ------------------------------------------------------------------------------------------------------ sources
@@ -216,8 +217,8 @@ def test_read_sample(tmp_path, tagger, t5tok):
     assert s["target"] != s["texts"][0]
   b = next(pl.make_batches(src, _cfg("read", batch_size=4), CLIPTokenizer.default(), t5tok, tagger=tagger))
   assert b["ids"].shape == (4, 4, 77) and b["t5_target"].shape == (4, 77) and b["para_ids"].shape == (4, 77)
-  np.testing.assert_array_equal(b["t5_input"][:, 1:], b["t5_target"][:, :-1])
-  assert (b["t5_input"][:, 0] == 0).all() and ((b["t5_target"] == 1).sum(1) == 1).all()  # start 0, one EOS
+  assert "t5_input" not in b  # the decoder input is made on device (models/t5.shift_right, tests/test_methods.py)
+  assert ((b["t5_target"] == 1).sum(1) == 1).all() and (b["t5_target"][:, 0] != 0).all()  # one EOS, no leading pad
 
 
 # ----------------------------------------------------------------------------------------------------- pipeline
@@ -275,11 +276,21 @@ def test_two_hosts_get_disjoint_shards_that_cover_the_data(prepared, tok, tagger
   assert len(set(seen[0]) | set(seen[1])) == len(ps)
 
 
-def test_worker_processes_give_the_same_batches(prepared, tok, tagger):
+def test_worker_processes_give_the_same_batches(prepared, tok, tagger, absl_flags_parsed):
   ps = prepared[0]
   inproc = _take(pl.make_batches(ps, _cfg("clic", batch_size=4, seed=1), tok, tagger=tagger), 3)
   workers = pl.make_batches(ps, _cfg("clic", batch_size=4, seed=1, num_workers=2), tok)
   _assert_same(_take(workers, 3), inproc)
+
+
+def test_worker_processes_without_parsed_absl_flags_say_what_to_do(prepared, tok, tagger):
+  from absl import flags
+  if flags.FLAGS.is_parsed():
+    pytest.skip("absl flags were parsed by an earlier test in this process")
+  workers = pl.make_batches(prepared[0], _cfg("clic", batch_size=4, seed=1, num_workers=2), tok, tagger=tagger)
+  with pytest.raises(RuntimeError, match="mark_as_parsed"):
+    next(workers)
+  assert not flags.FLAGS.is_parsed()  # the library did not mark them parsed behind the caller's back
 
 
 def test_bad_records_are_counted_and_too_many_fail(clic, tok, tagger):
@@ -310,11 +321,14 @@ def test_global_arrays_on_the_mesh(prepared, tok, tagger):
 def test_normalization_switch():
   from compclip_jax.data.images import IMAGENET_MEAN
   from compclip_jax.models.clip_config import OPENAI_MEAN, OPENAI_STD
+  norm = lambda kind, opts: methods.step_kind(kind).normalization(opts, OPENAI_MEAN, OPENAI_STD)
   ref = samples.SampleOptions()
-  assert samples.normalization("clic", ref, OPENAI_MEAN, OPENAI_STD)[0] == IMAGENET_MEAN  # reference behaviour
-  assert samples.normalization("clic_clip", ref, OPENAI_MEAN, OPENAI_STD)[0] == OPENAI_MEAN
+  assert norm("clic", ref)[0] == IMAGENET_MEAN  # reference behaviour
+  assert norm("clic_read", ref)[0] == IMAGENET_MEAN  # CLIC's samples, CLIC's normalisation
+  assert norm("clic_clip", ref)[0] == norm("read", ref)[0] == norm("negclip", ref)[0] == OPENAI_MEAN
   own = samples.SampleOptions(clic_imagenet_normalization=False)
-  assert samples.normalization("clic", own, OPENAI_MEAN, OPENAI_STD) == (OPENAI_MEAN, OPENAI_STD)
+  assert norm("clic", own) == (OPENAI_MEAN, OPENAI_STD)
+  assert norm("clic", samples.SampleOptions(clic_concat=False)) == (OPENAI_MEAN, OPENAI_STD)  # single-image ablation
 
 
 def test_prepare_cli_with_parallel_workers(tmp_path):

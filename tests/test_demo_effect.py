@@ -12,17 +12,16 @@ from configs import clic
 
 def small_clic_demo():
   c = clic.get_config("demo")
-  c.data.generate, c.evals.generate = 4000, 400
-  c.demo.pretrain_steps = 500
+  c.data.synthetic_size, c.evals.synthetic_size = 4000, 400
   c.total_steps, c.evals.every_steps, c.checkpoint.every_steps = 800, 0, 800
-  return c
+  return c, demo.DemoOptions(pretrain_steps=500)
 
 
 @pytest.mark.slow
 @pytest.mark.manual
 def test_clic_improves_held_out_swap(tmp_path):
-  c = small_clic_demo()
-  table = demo.run(c, str(tmp_path))
+  c, opts = small_clic_demo()
+  table = demo.run(c, str(tmp_path), opts=opts)
   before, after = table["SugarCrepe swap (mean)"]
   print(f"held-out swap: pretrained {100 * before:.1f} → CLIC {100 * after:.1f}")
   assert after > before + 0.02
@@ -32,6 +31,5 @@ def test_clic_improves_held_out_swap(tmp_path):
   # the pretrained model is cached: another method's demo (here: the call it would make) reuses it untouched
   pretrained = tmp_path / "pretrained" / "export" / "hf" / "model.safetensors"
   stamp = pretrained.stat().st_mtime_ns
-  world, bench = demo._world(c, str(tmp_path))  # pylint: disable=protected-access
-  assert demo.pretrain(c, str(tmp_path), world, bench) == str(pretrained.parent)
+  assert demo.pretrain(c, str(tmp_path), opts) == str(pretrained.parent)
   assert pretrained.stat().st_mtime_ns == stamp

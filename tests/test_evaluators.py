@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from compclip_jax import evaluate
+from compclip_jax.evaluators.run import run_benchmarks
 from compclip_jax.evaluators import registry
 from compclip_jax.evaluators.tasks import ImageRef
 
@@ -173,13 +173,13 @@ def _stub_sugarcrepe(tmp_path):
 def test_end_to_end_with_a_stub_encoder_and_a_tie(tmp_path):
   _stub_sugarcrepe(tmp_path)
   data, images = str(tmp_path / "data"), str(tmp_path / "images")
-  strict = evaluate.run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images, "strict")["sugarcrepe"]["metrics"]
-  lenient = evaluate.run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images, "lenient")["sugarcrepe"]["metrics"]
+  strict = run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images, "strict")["sugarcrepe"]["metrics"]
+  lenient = run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images, "lenient")["sugarcrepe"]["metrics"]
   assert strict["swap_obj"] == 0.5 and strict["mean"] == 0.5  # 2 right, 1 wrong, 1 tie (wrong)
   assert lenient["swap_obj"] == 0.75 and lenient["add"] == 0.75  # the tie counts
   os.remove(tmp_path / "images" / "2.jpg")
   with pytest.raises(FileNotFoundError, match="2.jpg"):
-    evaluate.run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images)
+    run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images)
 
 
 def test_all_says_what_it_skipped(tmp_path):

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from compclip_jax import steps
+from compclip_jax import methods
 from compclip_jax.data import pipeline as pl
 from compclip_jax.data import samples
 from compclip_jax.data.sources import CsvSource
@@ -27,10 +27,17 @@ def broken(tmp_path_factory):
   return CsvSource(str(csv), str(root)), bad
 
 
+def _kind(step, clip_every):
+  """CLIC's step kind at `step` (methods/clic.py; its alternation has its own test in tests/test_methods.py)."""
+  cycle = methods.clic.cycle(clip_every)
+  return cycle[step % len(cycle)].name
+
+
 def _pipes(src, tok, tagger, clip_every=1, process_index=0, process_count=1, num_epochs=1, seed=5):
   period = clip_every + 1
-  shares = pl.interleave([steps.clic_schedule_kind(g, clip_every) for g in range(period)])
-  return {k: pl.make_batches(src, pl.PipelineConfig(k, B, seed=seed, num_epochs=num_epochs, max_skip_fraction=0.5,
+  shares = pl.interleave([_kind(g, clip_every) for g in range(period)])
+  return {k: pl.make_batches(src, pl.PipelineConfig(methods.step_kind(k), B, seed=seed, num_epochs=num_epochs,
+                                                    max_skip_fraction=0.5,
                                                     options=samples.SampleOptions(image_size=32),
                                                     period=period, slots=slots),
                              tok, None, process_index, process_count, tagger)
@@ -41,7 +48,7 @@ def _run(pipes, start, stop, clip_every=1):
   """The training loop's batch fetch: step g pulls from the pipeline of its kind → [(kind, batch, records, pos)]."""
   out = []
   for g in range(start, stop):
-    kind = steps.clic_schedule_kind(g, clip_every)
+    kind = _kind(g, clip_every)
     batch = next(pipes[kind])
     out.append((kind, batch, pipes[kind].last_records.copy(), pipes[kind].last_positions.copy()))
   return out
@@ -62,7 +69,7 @@ def test_interleave():
   assert pl.interleave(["clic", "clic", "clic_clip"]) == {"clic": (3, (0, 1)), "clic_clip": (3, (2,))}
   assert pl.interleave(["read"]) == {"read": (1, (0,))}
   with pytest.raises(ValueError, match="slots"):
-    pl.PipelineConfig("clic", 4, period=2, slots=(2,))
+    pl.PipelineConfig(methods.clic.STEP, 4, period=2, slots=(2,))
 
 
 @pytest.mark.parametrize("clip_every", [1, 2])
@@ -71,7 +78,7 @@ def test_each_row_once_per_epoch_alternately(clean, tok, tagger, clip_every):
   assert n % B == 0 and n // B >= 6
   ran = _run(_pipes(clean, tok, tagger, clip_every), 0, n // B, clip_every)
   kinds = [k for k, *_ in ran]
-  assert kinds == [steps.clic_schedule_kind(g, clip_every) for g in range(n // B)]
+  assert kinds == [_kind(g, clip_every) for g in range(n // B)]
   assert kinds[:3] == (["clic", "clic_clip", "clic"] if clip_every == 1 else ["clic", "clic", "clic_clip"])
   for g, (_, _, _, pos) in enumerate(ran):  # step g is global batch g of the shared order
     np.testing.assert_array_equal(pos, np.arange(g * B, (g + 1) * B))
@@ -137,7 +144,7 @@ def test_skips_are_refilled_within_their_own_kind(broken, tok, tagger):
   records = np.concatenate([r for *_, r, _ in ran])
   assert len(set(records.tolist())) == len(records)  # no row twice in the epoch
   for kind, _, _, pos in ran:  # a refill comes from a later batch of the same kind, never from the other's
-    assert all(steps.clic_schedule_kind(int(q) // B, 1) == kind for q in pos)
+    assert all(_kind(int(q) // B, 1) == kind for q in pos)
   # a resumed run sees the same batches after a skip as an uninterrupted one
   a = _pipes(src, tok, tagger, num_epochs=None)
   _run(a, 0, 2)
@@ -158,7 +165,7 @@ def test_training_builds_one_stream(tmp_path):
   t = train.setup(c, str(tmp_path))
   seen, kinds = [], []
   for g in range(8):
-    kind = train.kind_at(c, g)
+    kind = t.method.kind_at(c, g).name
     next(t.pipes[kind])
     kinds.append(kind)
     seen += t.pipes[kind].last_records.tolist()

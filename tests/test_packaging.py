@@ -54,7 +54,7 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
     assert out.returncode in (0, 1) and "Traceback" not in text and "--" in text, (script, text[-2000:])
   out = subprocess.run([str(bindir / "compclip-train"), "--config=nosuch", f"--workdir={tmp_path / 'w'}"],
                        capture_output=True, text=True, cwd=tmp_path, env=env)
-  assert out.returncode == 2 and "no config named 'nosuch' (known: clic, clip, negclip, read" in out.stderr
+  assert out.returncode == 2 and "no config named 'nosuch' (known: clic, clic_read, clip, negclip, read" in out.stderr
   assert "Traceback" not in out.stderr
   for module in ("main", "evaluate", "convert", "prepare", "demo", "bench"):
     out = subprocess.run([py, "-m", f"compclip_jax.{module}", "--help"], capture_output=True, text=True, cwd=tmp_path,

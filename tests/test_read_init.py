@@ -37,12 +37,11 @@ def test_lecun_normal_is_the_old_switch_and_sqrt3_wider():
 
 @pytest.mark.parametrize("init", ["torch_linear", "lecun_normal"])
 def test_build_model_initialises_w_by_the_switch(tmp_path, init):
-  from compclip_jax import synthetic, train
+  from compclip_jax import train
   from configs import read
   c = read.get_config("runlocal")
   c.model.read_proj_init = init
-  world = synthetic.write_world(str(tmp_path / "world"), c.data.generate, seed=c.seed)
-  m = train.build_model(c, world)
+  m = train.build_model(c)
   w = m.flat["proj.kernel"]
   fan_in = m.clip_cfg.text.width
   assert w.shape == (fan_in, m.t5_cfg.d_model)

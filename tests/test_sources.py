@@ -237,7 +237,7 @@ def _training_data(tmp_path, extra_rows: list[str]):
 def _run_cfg(rows, images, **overrides):
   from configs import clip
   c = clip.get_config("runlocal")
-  c.data.update(dict(source="csv", path=rows, image_root=images, generate=0))
+  c.data.update(dict(source="csv", path=rows, image_root=images))
   c.evals.benchmarks = ()
   c.update(overrides)
   return c

@@ -1,10 +1,19 @@
 """The synthetic world: real formats, and benchmarks made only of colour–shape bindings training never shows."""
 import json
+import os
 import re
 
-from compclip_jax import synthetic
+import ml_collections
+import pytest
+import sentencepiece as spm
+
+from compclip_jax import assets, synthetic
+from compclip_jax.data import sources
+from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.sources import CocoSource, CsvSource
+from compclip_jax.data.tokenizers import T5Tokenizer
 from compclip_jax.evaluators import registry
+from compclip_jax.evaluators import run as evaluation
 
 OBJ = re.compile(r"\b(" + "|".join(synthetic.COLORS) + r") (" + "|".join(synthetic.SHAPES) + r")\b")
 
@@ -79,3 +88,129 @@ def test_clic_negative_kinds_on_the_world(tmp_path):
   assert sum(counts.values()) == 200
   assert set(counts) <= {"colour", "shape", "size", "relation", "other", "within one sentence", "none"}
   assert counts["colour"] + counts["shape"] > 50
+
+
+# ------------------------------------------------------------------------------------- the world as a data source
+def _snapshot(root) -> dict:
+  """{relative path: (bytes, mtime_ns)} of every file under root."""
+  out = {}
+  for d, _, files in os.walk(root):
+    for f in files:
+      path = os.path.join(d, f)
+      with open(path, "rb") as fh:
+        out[os.path.relpath(path, root)] = (fh.read(), os.stat(path).st_mtime_ns)
+  return out
+
+
+class _CountingTagger(SpacyTagger):
+  calls = 0
+
+  def __call__(self, sentences):
+    type(self).calls += 1
+    return super().__call__(sentences)
+
+
+def test_synthetic_source_is_written_once_and_read_back_identically(tmp_path, monkeypatch):
+  """Process 0 writes (world + analyses + manifest), then every process reads; a second start writes nothing."""
+  root = str(tmp_path / "world")
+  met = []
+  with pytest.raises(FileNotFoundError, match="world.json missing"):  # a reader never writes
+    sources.synthetic_source(root, 24, 5, "csv", process_index=1, barrier=met.append)
+  first = sources.synthetic_source(root, 24, 5, "csv", process_index=0, barrier=met.append, tagger=_CountingTagger())
+  assert _CountingTagger.calls == 1 and met == ["synthetic world written"] * 2
+  files = _snapshot(root)
+  assert {"world.json", "clic_rows.csv", "dataset_coco.json", "paraphrases.json", "analyses.json"} <= set(files)
+  # a second start — process 0 again, then another process — renders, tags and writes nothing
+  monkeypatch.setattr(synthetic, "render", lambda *a: pytest.fail("the world was rendered a second time"))
+  again = sources.synthetic_source(root, 24, 5, "csv", process_index=0, tagger=_CountingTagger())
+  other = sources.synthetic_source(root, 24, 5, "coco", process_index=1)
+  assert _CountingTagger.calls == 1 and _snapshot(root) == files
+  assert len(first) == len(again) == len(other) == 24
+  for i in range(24):
+    assert first[i] == again[i]  # the same rows, images and cached analyses
+  plain_csv = CsvSource(os.path.join(root, "clic_rows.csv"), os.path.join(root, "images"))
+  assert [first[i]["sentences"] for i in range(24)] == [plain_csv[i]["sentences"] for i in range(24)]
+  assert [other[i]["paraphrases"] for i in range(24)] and all(other[i]["paraphrases"] for i in range(24))
+  with pytest.raises(ValueError, match="size 24 .asked: 25."):  # another world in the same folder is refused
+    sources.synthetic_source(root, 25, 5, "csv")
+
+
+def test_cached_analyses_are_what_the_tagger_computes(tmp_path):
+  """The analysis the synthetic source hands the sample builders = spaCy's on that very sentence, tagged alone."""
+  world = sources.synthetic_source(str(tmp_path / "w"), 30, 1, "coco")
+  fresh = SpacyTagger()
+  for i in range(len(world)):
+    rec = world.materialize(world[i])
+    assert len(rec["analysis"]) == len(rec["sentences"])
+    for sentence, cached in zip(rec["sentences"], rec["analysis"]):
+      assert cached == fresh([sentence])[0], sentence
+
+
+def test_make_source_reads_the_config(tmp_path):
+  d = ml_collections.ConfigDict(dict(source="synthetic", path="", image_root="", paraphrases="", splits=("train",),
+                                     synthetic_size=0, synthetic_format="tsv", any_image_format=False))
+  assert sources.config_errors(d) == ["data.synthetic_size 0: the synthetic world needs ≥ 1 scene",
+                                      "data.synthetic_format 'tsv': use one of ('csv', 'coco')"]
+  d.synthetic_size, d.synthetic_format = 16, "csv"
+  assert sources.config_errors(d) == []
+  src = sources.make_source(d, str(tmp_path), seed=2)  # default place: <workdir>/world
+  assert len(src) == 16 and (tmp_path / "world" / "world.json").exists()
+  assert json.load(open(tmp_path / "world" / "world.json")) == synthetic.world_record(16, 2)
+
+
+def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
+  e = ml_collections.ConfigDict(dict(source="synthetic", benchmarks=("sugarcrepe",), data_dir="", image_dir="",
+                                     synthetic_size=12))
+  assert evaluation.config_errors(e) == []
+  met = []
+  data_dir, image_dir = evaluation.benchmark_dirs(e, str(tmp_path), seed=3, barrier=met.append)
+  assert data_dir == str(tmp_path / "world" / "benchmarks") and image_dir == os.path.join(data_dir, "images")
+  assert met == ["synthetic benchmarks written"]
+  files = _snapshot(data_dir)
+  monkeypatch.setattr(synthetic, "render", lambda *a: pytest.fail("the benchmarks were rendered a second time"))
+  assert evaluation.benchmark_dirs(e, str(tmp_path), seed=3, process_index=1) == (data_dir, image_dir)
+  assert evaluation.benchmark_dirs(e, str(tmp_path), seed=3) == (data_dir, image_dir) and _snapshot(data_dir) == files
+  task = registry.load("sugarcrepe", data_dir, image_dir)
+  assert len(task.images) == 12 and task.task
+  assert json.load(open(os.path.join(data_dir, "benchmarks.json"))) == synthetic.benchmarks_record(
+      12, 3 + evaluation.SYNTHETIC_SEED_OFFSET)
+  e.synthetic_size = 13
+  with pytest.raises(ValueError, match="size 12"):
+    evaluation.benchmark_dirs(e, str(tmp_path), seed=3)
+  files_cfg = ml_collections.ConfigDict(dict(source="files", benchmarks=("sugarcrepe",), data_dir=str(tmp_path / "no"),
+                                             image_dir=image_dir, synthetic_size=0))
+  assert evaluation.config_errors(files_cfg) == [f"evals.data_dir {str(tmp_path / 'no')!r} is not a directory"]
+
+
+# ------------------------------------------------------------------------------------------ the bundled tokenizer
+def test_bundled_t5_tokenizer_covers_every_sentence_of_a_world(tmp_path):
+  """Every sentence a world and its benchmarks write (another seed than the tokenizer's corpus) tokenises without an
+  unknown piece and decodes back to itself."""
+  tok = T5Tokenizer(assets.SYNTHETIC_T5_SPIECE)
+  sp = tok.sp
+  assert (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id()) == (0, 1, 2, -1)  # T5's special ids
+  world = synthetic.write_world(str(tmp_path / "w"), 150, seed=11)
+  bench = synthetic.write_benchmarks(str(tmp_path / "b"), 80, seed=12)
+  sentences = [s for im in json.load(open(world["coco_json"]))["images"] for s in (x["raw"] for x in im["sentences"])]
+  sentences += [s for r in CsvSource(world["csv"], world["images"]).rows for s in r[1]]
+  sentences += [p for ps in json.load(open(world["paraphrases"])).values() for p in ps]
+  for name in os.listdir(os.path.join(bench["data_dir"], "sugarcrepe_pp")):
+    for r in json.load(open(os.path.join(bench["data_dir"], "sugarcrepe_pp", name))):
+      sentences += [r["caption"], r["caption2"], r["negative_caption"]]
+  for name in os.listdir(os.path.join(bench["data_dir"], "sugarcrepe")):
+    sentences += [r["negative_caption"] for r in json.load(open(os.path.join(bench["data_dir"], "sugarcrepe",
+                                                                            name))).values()]
+  sentences = sorted(set(sentences))
+  assert len(sentences) > 1000
+  for s in sentences:
+    ids = sp.encode(s)
+    assert sp.unk_id() not in ids, (s, sp.encode(s, out_type=str))
+    assert sp.decode(ids) == s
+
+
+def test_bundled_t5_tokenizer_is_what_its_command_trains(tmp_path):
+  """The shipped file is reproducible: `python -m compclip_jax.synthetic --t5_tokenizer=…` trains the same pieces."""
+  fresh = synthetic.main([f"--t5_tokenizer={tmp_path / 'sp.model'}"]) or str(tmp_path / "sp.model")
+  pieces = lambda path: [(p.id_to_piece(i), p.get_score(i)) for p in [spm.SentencePieceProcessor(model_file=path)]
+                         for i in range(p.get_piece_size())]
+  assert pieces(fresh) == pieces(assets.SYNTHETIC_T5_SPIECE)

@@ -174,3 +174,22 @@ def test_plain_ascii_fast_path_equals_ftfy(benchmarks_dir):
   texts += _captions(benchmarks_dir)[:4000]
   bad = [t for t in texts if clean_text(t) != _open_clip_clean(t)]
   assert not bad, bad[:5]
+
+
+def test_builtin_tokenizer_is_built_on_first_use_with_openais_special_ids(monkeypatch):
+  """`CLIPTokenizer.default()` (what load_clip returns for a standard vocabulary) builds instant-clip-tokenizer on
+  its first call, once; its SOT/EOT ids are the backend's own, and the ids are the backend's BPE framed by them."""
+  import instant_clip_tokenizer
+  from compclip_jax.data import tokenizers
+  real, built = instant_clip_tokenizer.Tokenizer, []
+  monkeypatch.setattr(instant_clip_tokenizer, "Tokenizer", lambda: built.append(1) or real())
+  tok = CLIPTokenizer.default(context_length=12)
+  assert not built
+  ids = tok(["a red cube left of a ball", "two dogs"])
+  tok("again")
+  assert len(built) == 1
+  backend = real()
+  assert (tokenizers.SOT_ID, tokenizers.EOT_ID) == (backend.start_of_text(), backend.end_of_text())
+  for row, text in zip(ids, ["a red cube left of a ball", "two dogs"]):
+    want = [backend.start_of_text(), *backend.encode(text), backend.end_of_text()]
+    assert list(row[: len(want)]) == want and not row[len(want):].any()

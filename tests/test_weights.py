@@ -478,3 +478,105 @@ def test_an_hf_config_without_eos_token_id_pools_as_transformers_does(tmp_path, 
   model, _, _ = load_clip(str(tmp_path / "m"))
   ids = fx.varied_ids(4, 77, 1000, 999, 0, seed=6)
   np.testing.assert_allclose(np.asarray(model.encode_text(ids)), fx.hf_text(ref, ids), atol=1e-4, rtol=0)
+
+
+
+def test_repeated_loads_share_the_template_not_the_parameters(hf_dir, batch):
+  """The shape-only template is built once per architecture and dtypes; every load gets its own Variables, and the
+  cached template stays shape-only: changing a loaded model changes neither the template nor the next load."""
+  import jax
+  from compclip_jax import loading
+  template = loading._shape_only_template  # pylint: disable=protected-access
+  first, _, _ = load_clip(str(hf_dir))
+  before = _embed(first, batch)
+  first.logit_scale.set_value(first.logit_scale[...] + 1.0)
+  first.text_projection.kernel.set_value(first.text_projection.kernel[...] * 0)
+  hits = template.cache_info().hits
+  second, _, _ = load_clip(str(hf_dir))
+  assert template.cache_info().hits == hits + 1
+  assert second.text_projection.kernel is not first.text_projection.kernel
+  for x, y in zip(before, _embed(second, batch)):
+    np.testing.assert_array_equal(x, y)
+  want = safetensors.torch.load_file(hf_dir / "model.safetensors")["logit_scale"].numpy()
+  np.testing.assert_array_equal(np.asarray(second.logit_scale[...]), want)
+  _, state, _ = template(second.cfg, DTypes(), DTypes(), False)
+  assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(state))
+
+
+def test_fill_leaves_its_template_abstract_so_two_fills_are_independent():
+  """`params.fill` on one abstract model twice: two models with their own values (it used to write both into the
+  template's shared Variables, so the first model silently took the second's values)."""
+  import jax
+  from flax import nnx
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP
+  from compclip_jax.weights import params
+  abstract = params.abstract(lambda: CLIP(clip_config.tiny(), rngs=nnx.Rngs(0)))
+  shapes = params.shapes(abstract)
+  zeros = params.fill(abstract, {k: np.zeros(s, np.float32) for k, s in shapes.items()})
+  ones = params.fill(abstract, {k: np.ones(s, np.float32) for k, s in shapes.items()})
+  assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(nnx.state(abstract)))
+  assert float(zeros.logit_scale[...]) == 0.0 and float(ones.logit_scale[...]) == 1.0
+  assert not np.any(np.asarray(zeros.text_projection.kernel[...]))
+
+
+def test_fill_names_every_missing_and_misshaped_parameter():
+  from flax import nnx
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP
+  from compclip_jax.weights import params
+  abstract = params.abstract(lambda: CLIP(clip_config.tiny(), rngs=nnx.Rngs(0)))
+  flat = {k: np.zeros(s, np.float32) for k, s in params.shapes(abstract).items()}
+  del flat["logit_scale"]
+  flat["text_projection.kernel"] = np.zeros((3, 3), np.float32)
+  with pytest.raises(ValueError, match=r"no value for \['logit_scale'\].*text_projection.kernel: value \(3, 3\)"):
+    params.fill(abstract, flat)
+
+
+def test_parameter_paths_are_nnx_own():
+  """`params.variables` (jax pytree flattening, the fast path) names every parameter as nnx.state does."""
+  from flax import nnx
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP, ShapeOnlyRngs
+  from compclip_jax.models.t5 import T5Config, T5Decoder
+  from compclip_jax.weights import params
+  for model in (CLIP(clip_config.tiny(), rngs=ShapeOnlyRngs()),
+                params.abstract(lambda: T5Decoder(T5Config.v1_1(32, 2, 64), DTypes(), rngs=nnx.Rngs(0)))):
+    want = {".".join(map(str, p)): tuple(v.get_value().shape)
+            for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    assert params.shapes(model) == want
+    assert [p for p, _ in params.variables(model)] and len(params.variables(model)) == len(want)
+
+
+def test_a_bf16_tower_holds_the_checkpoint_rounded_as_torch_rounds(hf_dir):
+  """fp32 checkpoint into bf16 vision parameters: each value is torch's own bf16 rounding of the file's value."""
+  import torch
+  model, _, _ = load_clip(str(hf_dir), vision_dtypes=DTypes(param="bfloat16"))
+  sd = safetensors.torch.load_file(hf_dir / "model.safetensors")
+  ours = flat_params(model)
+  fc1 = "vision_model.encoder.layers.0.mlp.fc1"
+  for path, key, transpose in ((f"{fc1}.kernel", f"{fc1}.weight", True),
+                               ("vision_model.pre_layrnorm.scale", "vision_model.pre_layrnorm.weight", False)):
+    want = sd[key].to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(ours[path].astype(np.float32), want.T if transpose else want)
+  assert ours["text_model.encoder.layers.0.mlp.fc1.kernel"].dtype == np.float32
+
+
+def test_t5_decoder_params_loader(tmp_path):
+  """`load_t5_decoder_params` (what training needs: config, numpy params, tokenizer) is what `load_t5_decoder`
+  puts on the device; no spiece.model → no tokenizer, a named tokenizer file that is missing → an error naming it."""
+  import transformers as tf
+  from compclip_jax.loading import load_t5_decoder, load_t5_decoder_params
+  cfg = tf.T5Config(vocab_size=40, d_model=16, d_kv=4, d_ff=24, num_layers=1, num_decoder_layers=2, num_heads=4,
+                    feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0)
+  torch.manual_seed(0)
+  ref = tf.T5ForConditionalGeneration(cfg)
+  ref.save_pretrained(tmp_path)
+  t5_cfg, flat, tok = load_t5_decoder_params(str(tmp_path))
+  assert tok is None and t5_cfg.vocab_size == 40
+  np.testing.assert_array_equal(flat["lm_head.kernel"], ref.lm_head.weight.detach().numpy().T)
+  model, _ = load_t5_decoder(str(tmp_path))
+  for k, v in flat_params(model).items():
+    np.testing.assert_array_equal(v, flat[k], err_msg=k)
+  with pytest.raises(FileNotFoundError, match="nowhere/spiece.model"):
+    load_t5_decoder_params(str(tmp_path), tokenizer=str(tmp_path / "nowhere" / "spiece.model"))

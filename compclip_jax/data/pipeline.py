@@ -6,6 +6,9 @@ global `jax.Array`s.
   `restore()`) is checkpointed with the model.
 - Multi-host: global batch g is positions [g·B, (g+1)·B) of the order; process p builds rows [p·B/P, (p+1)·B/P) of
   it. Hosts read disjoint positions that cover the data, and the global batch does not depend on the host count.
+- The step kind (compclip_jax/methods/, `PipelineConfig.kind`) says what a record becomes: its sample builder, whether
+  it takes a partner, whether it has a T5 target; the pipeline tokenises the sample's texts (CLIP), its "paraphrase"
+  (CLIP) and its "target" (T5) whatever the kind.
 - One order for all step kinds (METHODS §1.4): CLIC's CLIC and CLIP steps each have a pipeline, but both read the
   same shuffled order, each taking its own global batches of it (`PipelineConfig.period` / `slots`, `interleave`):
   step g's batch is global batch g whatever its kind, so each row is used once per epoch, alternately by the two.
@@ -20,9 +23,11 @@ import collections
 import dataclasses
 import json
 import logging
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+import grain
 import numpy as np
+from absl.flags import UnparsedFlagAccessError
 
 from compclip_jax.data import negatives as neg
 from compclip_jax.data import samples
@@ -30,7 +35,9 @@ from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import BadRecord, SkipCounter
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 
-KINDS = ("clic", "clic_clip", "clip", "negclip", "read")
+if TYPE_CHECKING:  # the data layer does not import the methods (which import it); kinds arrive as objects
+  from compclip_jax.methods.base import StepKind
+
 NEG_KINDS = (neg.CROSS, neg.FALLBACK_SINGLE, neg.SINGLE, neg.READ_RULE, neg.NONE, neg.READ_OVERLAP_SKIPPED,
              neg.READ_OVERLAP_NONE, neg.READ_GARBLED)  # append only: checkpointed counters are by name
 PARTNER_RETRIES = 3
@@ -38,11 +45,13 @@ PARTNER_RETRIES = 3
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
-  kind: str
+  kind: StepKind  # methods/ (e.g. methods.clic.STEP); its name keys the layout and the data state
   batch_size: int  # global batch; each process builds batch_size / process_count
   seed: int = 0
   num_epochs: int | None = None  # None: repeat forever
-  num_workers: int = 0  # grain worker processes (0: in the main process)
+  # grain worker processes (0: in the main process); > 0 needs absl flags parsed (python -m compclip_jax.main does;
+  # elsewhere call absl.flags.FLAGS.mark_as_parsed() first: grain reads one of its flags when the workers start)
+  num_workers: int = 0
   max_skip_fraction: float = 0.05
   t5_max_length: int = 77
   options: samples.SampleOptions = samples.SampleOptions()
@@ -52,8 +61,8 @@ class PipelineConfig:
   slots: tuple[int, ...] = (0,)
 
   def __post_init__(self):
-    if self.kind not in KINDS:
-      raise ValueError(f"pipeline kind {self.kind!r}: use one of {KINDS}")
+    if not callable(getattr(self.kind, "sample", None)):
+      raise TypeError(f"pipeline kind {self.kind!r}: a compclip_jax.methods StepKind (methods.step_kind(name))")
     if not self.slots or list(self.slots) != sorted(set(self.slots)) or not 0 <= self.slots[0] <= self.slots[-1] \
         < self.period:
       raise ValueError(f"pipeline slots {self.slots} of period {self.period}: need sorted distinct slots in "
@@ -61,7 +70,7 @@ class PipelineConfig:
 
 
 def interleave(cycle: Sequence[str]) -> dict[str, tuple[int, tuple[int, ...]]]:
-  """Step kinds of one period of a schedule (e.g. CLIC's ["clic", "clic_clip"]) → {kind: (period, slots)} for
+  """Step kinds of one period of a schedule (kind names, e.g. CLIC's clic, clic_clip) → {kind: (period, slots)} for
   `PipelineConfig`: step g takes global batch g of the one shared order from the pipeline of kind cycle[g % period].
   """
   return {k: (len(cycle), tuple(i for i, x in enumerate(cycle) if x == k)) for k in dict.fromkeys(cycle)}
@@ -80,11 +89,11 @@ class SampleTransform:
 
   def __init__(self, source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                tagger: SpacyTagger | None = None):
-    if cfg.kind == "read" and t5_tokenizer is None:
-      raise ValueError("the READ pipeline needs the T5 tokenizer (the decoder checkpoint's spiece.model)")
+    if cfg.kind.t5_target and t5_tokenizer is None:
+      raise ValueError(f"the {cfg.kind.name} pipeline needs the T5 tokenizer (the decoder checkpoint's spiece.model)")
     self.source, self.cfg, self.tok, self.t5 = source, cfg, tokenizer, t5_tokenizer
     self.tagger = tagger or SpacyTagger()
-    self.buckets = partner_table(np.asarray(source.wide)) if cfg.kind == "clic" and cfg.options.clic_concat else None
+    self.buckets = partner_table(np.asarray(source.wide)) if cfg.kind.partner(cfg.options) else None
 
   def _record(self, i: int) -> dict:
     return self.source.materialize(self.source[int(i)])
@@ -107,26 +116,18 @@ class SampleTransform:
       return {"skip": e.reason, "detail": e.detail}
 
   def _build(self, index: int, rec: dict, rng: np.random.Generator) -> dict:
-    kind, opts = self.cfg.kind, self.cfg.options
-    if kind == "clic":
-      s = samples.clic_sample(rec, self._partner(index, rng) if opts.clic_concat else None, rng, self.tagger, opts)
-    elif kind in ("clic_clip", "clip"):
-      s = samples.clip_sample(rec, opts)
-    elif kind == "negclip":
-      s = samples.negclip_sample(rec, rng, self.tagger, opts)
-    else:
-      s = samples.read_sample(rec, rng, self.tagger, opts)
+    partner = self._partner(index, rng) if self.buckets is not None else None  # drawn before the sample's own
+    s = self.cfg.kind.sample(rec, partner, rng, self.tagger, self.cfg.options)
     ids, truncated = self.tok.encode(s["texts"])  # one cleaning + BPE pass (an empty text is never truncated)
     out = {"image": s["image"], "ids": ids, "truncated": np.int32(truncated)}
     if "neg_valid" in s:
       out["neg_valid"] = np.asarray(s["neg_valid"], bool)
       # one kind per sample (CLIC, NegCLIP) or per negative (READ: a list)
       out["neg_kind"] = np.asarray([NEG_KINDS.index(k) for k in np.atleast_1d(s["neg_kind"])], np.int8)
-    if kind == "read":
+    if "paraphrase" in s:
       out["para_ids"] = self.tok([s["paraphrase"]])[0]
-      target = self.t5([s["target"]], self.cfg.t5_max_length)[0]
-      out["t5_target"] = target
-      out["t5_input"] = np.concatenate([[self.t5.pad_id], target[:-1]]).astype(np.int32)  # shift right, start = 0
+    if self.cfg.kind.t5_target:  # the decoder's input is this shifted right, on device (models/t5.shift_right)
+      out["t5_target"] = self.t5([s["target"]], self.cfg.t5_max_length)[0]
     return out
 
 
@@ -175,7 +176,6 @@ class _SampleAt:
 def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None):
   """The grain IterDataset of this process's per-sample dicts (skip markers included)."""
-  import grain  # pylint: disable=import-outside-toplevel
   if cfg.batch_size % process_count:
     raise ValueError(f"global batch {cfg.batch_size} is not divisible by the {process_count} processes")
   order = grain.MapDataset.range(len(source)).shuffle(seed=cfg.seed).repeat(cfg.num_epochs)
@@ -184,9 +184,8 @@ def make_dataset(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_token
   ds = grain.MapDataset.range(positions.count(len(order))).map(positions).map(_SampleAt(order, transform, cfg.seed))
   it = ds.to_iter_dataset()
   if cfg.num_workers > 0:
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside app.run (tests, notebooks) use defaults
-      flags.FLAGS.mark_as_parsed()
+    # grain reads its absl flag --grain_enable_multiprocess_worker_profiling here in the parent, so absl flags must be
+    # parsed: an entry point's job (app.run in main.py; tests/conftest.py `absl_flags_parsed`), not this library's.
     it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers, per_worker_buffer_size=4))
   return it
 
@@ -213,7 +212,12 @@ class Batches:
   def __next__(self) -> dict[str, np.ndarray]:
     items, records, positions = [], [], []
     while len(items) < self.local_batch:
-      x = next(self._it)
+      try:
+        x = next(self._it)
+      except UnparsedFlagAccessError as e:  # raised by grain as its worker processes start (make_dataset)
+        raise RuntimeError("data.num_workers > 0: grain reads its absl flags when its worker processes start, and "
+                           "they are not parsed in this process; run through python -m compclip_jax.main (absl), "
+                           "call absl.flags.FLAGS.mark_as_parsed() first, or set data.num_workers=0") from e
       record, position = x.pop("record", -1), x.pop("position", -1)
       if "skip" in x:
         self.skips.skip(x["skip"], x["detail"])
@@ -255,7 +259,7 @@ class Batches:
 def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None) -> Batches:
   ds = make_dataset(source, cfg, tokenizer, t5_tokenizer, process_index, process_count, tagger)
-  layout = {"kind": cfg.kind, "seed": cfg.seed, "batch_size": cfg.batch_size, "num_epochs": cfg.num_epochs,
+  layout = {"kind": cfg.kind.name, "seed": cfg.seed, "batch_size": cfg.batch_size, "num_epochs": cfg.num_epochs,
             "period": cfg.period, "slots": list(cfg.slots), "records": len(source)}
   return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction, layout)
 

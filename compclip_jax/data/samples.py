@@ -3,8 +3,9 @@
 Records are dicts: `id`, `sentences` (list[str]), `image` (RGB PIL image, RGBA when it has transparent pixels; or
 the pre-resized images of the prepared format under `half` / `full`, still encoded), optional `analysis` (aligned
 with `sentences`; `Analysis` or its JSON) and `paraphrases`.
-Images leave here as uint8 [S, S, 3]; normalisation happens on device (`compclip_jax.data.images.normalize` twin in
-the step), which keeps host→device traffic at a quarter.
+Images leave here as uint8 [S, S, 3]; normalisation happens on device with the step kind's constants
+(compclip_jax/methods/: `StepKind.normalization`), which keeps host→device traffic at a quarter. Which builder a step
+kind uses, and with what partner, is the kind's choice (methods/<name>.py); nothing here dispatches on a kind.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 from compclip_jax.data import negatives as neg
-from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD, Preprocess, decode_rgb, orientation, squash
+from compclip_jax.data.images import Preprocess, decode_rgb, orientation, squash
 from compclip_jax.data.negatives import Analysis
 
 Tagger = Callable[[Sequence[str]], list[Analysis]]
@@ -38,13 +39,6 @@ class SampleOptions:
   # open_clip's eval transform do; False drops alpha before resizing. READ always drops it first, as its reference's
   # collator does (`convert("RGB")` before the CLIPProcessor).
   alpha_premultiplied_resize: bool = True
-
-
-def normalization(kind: str, opts: SampleOptions, model_mean, model_std) -> tuple[tuple, tuple]:
-  """(mean, std) the step applies on device to the uint8 images of a `kind` batch."""
-  if kind == "clic" and opts.clic_concat and opts.clic_imagenet_normalization:
-    return IMAGENET_MEAN, IMAGENET_STD
-  return tuple(model_mean), tuple(model_std)
 
 
 def analyses(rec: dict, idx: Sequence[int], tagger: Tagger | None) -> list[Analysis]:

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-SOT_ID, EOT_ID = 49406, 49407
+SOT_ID, EOT_ID = 49406, 49407  # OpenAI's BPE (vocab 49408): its last two ids
 CLIP_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
                         "special_tokens_map.json")
 _WS = re.compile(r"\s+")
@@ -39,6 +39,18 @@ def clean_text(text: str) -> str:
   import ftfy  # pylint: disable=import-outside-toplevel
   text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
   return " ".join(text.split()).strip().lower()
+
+
+class _Lazy:
+  """`make()` called once, on first use (thread-safe enough: a race builds two equal backends, one is kept)."""
+
+  def __init__(self, make: Callable[[], object]):
+    self._make, self._value = make, None
+
+  def __call__(self):
+    if self._value is None:
+      self._value = self._make()
+    return self._value
 
 
 class CLIPTokenizer:
@@ -76,10 +88,14 @@ class CLIPTokenizer:
 
   @classmethod
   def default(cls, context_length: int = 77, pad_id: int = 0) -> "CLIPTokenizer":
-    """OpenAI's BPE (vocab 49408) from instant-clip-tokenizer, which embeds it: no files, no download."""
+    """OpenAI's BPE (vocab 49408) from instant-clip-tokenizer, which embeds it: no files, no download.
+
+    The backend is built on the first call (~80 ms of `load_clip` otherwise, for a model that may only encode
+    images); its special ids are OpenAI's SOT_ID / EOT_ID (tests/test_tokenizers.py checks them against it).
+    """
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
-    tok = instant_clip_tokenizer.Tokenizer()
-    return cls(lambda texts: [tok.encode(t) for t in texts], tok.start_of_text(), tok.end_of_text(),
+    backend = _Lazy(instant_clip_tokenizer.Tokenizer)
+    return cls(lambda texts: [backend().encode(t) for t in texts], SOT_ID, EOT_ID,
                context_length, pad_id, backend="instant-clip-tokenizer", recipe=("default", context_length, pad_id))
 
   @classmethod

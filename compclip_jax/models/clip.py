@@ -40,6 +40,42 @@ def _inits(rngs, *names: str, **given) -> dict:
   return {n: _shape_only_init for n in names} if isinstance(rngs, ShapeOnlyRngs) else given
 
 
+# `attention` knob (model.attention): "explicit" is the formulation the parity tests pin (einsum, fp32 softmax, mask by
+# jnp.where); the others call `jax.nn.dot_product_attention`, whose XLA path computes the same thing (fp32 logits and
+# softmax) and whose cuDNN path is a fused flash-attention kernel (GPU, bf16/fp16 only). "auto": cuDNN where it
+# applies, XLA otherwise.
+ATTENTION = ("explicit", "xla", "cudnn", "auto")
+# `remat_policy` knob (model.remat_policy), used when a tower is rematerialised: "full" saves nothing of a block (one
+# extra forward per block in the backward pass), "dots_saveable" keeps the matmul outputs and recomputes only the
+# cheap elementwise ops (LayerNorm, QuickGELU, softmax), "none" turns rematerialisation off.
+REMAT_POLICIES = ("none", "full", "dots_saveable")
+
+
+def check_attention(name: str) -> str:
+  if name not in ATTENTION:
+    raise ValueError(f"model.attention {name!r}: use one of {ATTENTION}")
+  return name
+
+
+def attention_implementation(name: str, dtype) -> str | None:
+  """The `implementation` argument of `jax.nn.dot_product_attention` for knob `name` (None: the explicit einsum
+  formulation). cuDNN runs only on GPUs and only in bf16/fp16, so "auto" picks it there and XLA elsewhere."""
+  check_attention(name)
+  if name == "explicit":
+    return None
+  if name == "auto":
+    fused_ok = jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+    return "cudnn" if fused_ok else "xla"
+  return name
+
+
+def remat_policy_fn(name: str):
+  """`jax.checkpoint` policy of knob `name` ("full" → None: save nothing)."""
+  if name not in REMAT_POLICIES:
+    raise ValueError(f"model.remat_policy {name!r}: use one of {REMAT_POLICIES}")
+  return jax.checkpoint_policies.dots_saveable if name == "dots_saveable" else None
+
+
 def activation(name: str, x: jax.Array) -> jax.Array:
   if name == "quick_gelu":
     return x * jax.nn.sigmoid(1.702 * x)
@@ -47,10 +83,11 @@ def activation(name: str, x: jax.Array) -> jax.Array:
 
 
 class Attention(nnx.Module):
-  """Multi-head self-attention with separate q/k/v projections (HF layout)."""
+  """Multi-head self-attention with separate q/k/v projections (HF layout); `attention` is a knob of ATTENTION."""
 
-  def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs):
+  def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.heads = heads
+    self.implementation = attention_implementation(attention, dt.compute)
     lin = lambda: nnx.Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
                              **_inits(rngs, "kernel_init", "bias_init"))
     self.q_proj, self.k_proj, self.v_proj, self.out_proj = lin(), lin(), lin(), lin()
@@ -60,6 +97,9 @@ class Attention(nnx.Module):
     b, l, w = x.shape
     split = lambda t: t.reshape(b, l, self.heads, w // self.heads)
     q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+    if self.implementation is not None:  # [B, L, H, D] is dot_product_attention's layout: no transposes needed
+      out = jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=self.implementation)
+      return self.out_proj(out.reshape(b, l, w))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(w / self.heads)
     if causal:
       scores = jnp.where(jnp.tril(jnp.ones((l, l), bool)), scores, jnp.finfo(jnp.float32).min)
@@ -86,9 +126,9 @@ def _layer_norm(width: int, eps: float, dt: DTypes, rngs: nnx.Rngs) -> nnx.Layer
 class EncoderLayer(nnx.Module):
   """Pre-LN block: x + attn(LN(x)); x + mlp(LN(x))."""
 
-  def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.layer_norm1 = _layer_norm(cfg.width, cfg.eps, dt, rngs)
-    self.self_attn = Attention(cfg.width, cfg.heads, dt, rngs=rngs)
+    self.self_attn = Attention(cfg.width, cfg.heads, dt, rngs=rngs, attention=attention)
     self.layer_norm2 = _layer_norm(cfg.width, cfg.eps, dt, rngs)
     self.mlp = MLP(cfg.width, cfg.mlp_dim, cfg.act, dt, rngs=rngs)
 
@@ -98,14 +138,18 @@ class EncoderLayer(nnx.Module):
 
 
 class Encoder(nnx.Module):
-  def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, remat: bool = False):
-    self.layers = nnx.List([EncoderLayer(cfg, dt, rngs=rngs) for _ in range(cfg.layers)])
-    self.remat = remat
+  """`remat` (bool) rematerialises each block in the backward pass under `remat_policy` (REMAT_POLICIES)."""
+
+  def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, remat: bool = False,
+               attention: str = "explicit", remat_policy: str = "full"):
+    self.layers = nnx.List([EncoderLayer(cfg, dt, rngs=rngs, attention=attention) for _ in range(cfg.layers)])
+    self.policy = remat_policy_fn(remat_policy)  # validates the name even when remat is off
+    self.remat = remat and remat_policy != "none"
 
   def __call__(self, x, causal: bool):
     for layer in self.layers:
       # Rematerialisation trades a second forward per block for not storing its activations (training only).
-      x = nnx.remat(lambda m, h: m(h, causal))(layer, x) if self.remat else layer(x, causal)
+      x = nnx.remat(lambda m, h: m(h, causal), policy=self.policy)(layer, x) if self.remat else layer(x, causal)
     return x
 
 
@@ -116,7 +160,8 @@ class Embeddings(nnx.Module):
 class TextTransformer(nnx.Module):
   """Token + position embeddings, causal encoder, final LN, EOT pooling (METHODS §4)."""
 
-  def __init__(self, cfg: TextConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False):
+  def __init__(self, cfg: TextConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
+               attention: str = "explicit", remat_policy: str = "full"):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
     self.embeddings.token_embedding = nnx.Embed(
@@ -125,7 +170,7 @@ class TextTransformer(nnx.Module):
     self.embeddings.position_embedding = nnx.Embed(
         cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param,
         rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.01)))
-    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat)
+    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy)
     self.final_layer_norm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
 
   def __call__(self, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -146,7 +191,8 @@ def eot_positions(ids: jax.Array, cfg: TextConfig) -> jax.Array:
 class VisionTransformer(nnx.Module):
   """Patch conv (no bias) + class token + positions, pre-LN, encoder, post-LN on the class token."""
 
-  def __init__(self, cfg: VisionConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False):
+  def __init__(self, cfg: VisionConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
+               attention: str = "explicit", remat_policy: str = "full"):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
     init = _inits(rngs, "init", init=nnx.initializers.normal(cfg.width ** -0.5))["init"]
@@ -158,7 +204,7 @@ class VisionTransformer(nnx.Module):
         cfg.num_patches + 1, cfg.width, dtype=dt.compute, param_dtype=dt.param,
         rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.pre_layrnorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)  # sic: HF's spelling
-    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat)
+    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy)
     self.post_layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
 
   def __call__(self, pixels: jax.Array) -> jax.Array:
@@ -172,19 +218,28 @@ class VisionTransformer(nnx.Module):
     return self.post_layernorm(x[:, 0])
 
 
-def _normalize(x: jax.Array) -> jax.Array:
+def l2_normalize(x: jax.Array) -> jax.Array:
+  """x [..., D] → fp32 x / ‖x‖ over the last axis (every embedding that is compared: encode_*, the losses)."""
   x = x.astype(jnp.float32)
   return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
 class CLIP(nnx.Module):
-  """The two-tower model. `logit_scale` is stored as a log (METHODS §4)."""
+  """The two-tower model. `logit_scale` is stored as a log (METHODS §4).
+
+  Precision (docs/performance.md): each tower has its own DTypes, storage (`param`) and `compute`; parameters that
+  are trained stay fp32 (`param`), so gradients and AdamW moments are fp32 whatever the compute dtype; embeddings
+  leave the towers through `l2_normalize` in fp32, so logits and losses are fp32. `attention` (ATTENTION) and
+  `remat_policy` (REMAT_POLICIES, used with `remat_text`) change speed and memory, not the function computed.
+  """
 
   def __init__(self, cfg: CLIPConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
-               vision_dtypes: DTypes = DTypes(), remat_text: bool = False):
+               vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
+               remat_policy: str = "full"):
     self.cfg = cfg
-    self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text)
-    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs)
+    self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text, attention=attention,
+                                      remat_policy=remat_policy)
+    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, attention=attention)
     init = _inits(rngs, "kernel_init")
     self.text_projection = nnx.Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
                                       param_dtype=text_dtypes.param, rngs=rngs, **init)
@@ -197,12 +252,12 @@ class CLIP(nnx.Module):
     """ids int [N, L] → [N, embed_dim] (fp32 when normalised)."""
     _, pooled = self.text_model(jnp.asarray(ids))
     x = self.text_projection(pooled)
-    return _normalize(x) if normalize else x
+    return l2_normalize(x) if normalize else x
 
   def encode_image(self, pixels, normalize: bool = False) -> jax.Array:
     """pixels float [N, H, W, 3] from `preprocess` → [N, embed_dim] (fp32 when normalised)."""
     x = self.visual_projection(self.vision_model(jnp.asarray(pixels)))
-    return _normalize(x) if normalize else x
+    return l2_normalize(x) if normalize else x
 
   def __call__(self, ids, pixels) -> tuple[jax.Array, jax.Array]:
     """→ (logits_per_image [N_img, N_txt], logits_per_text [N_txt, N_img]), scaled by exp(logit_scale)."""

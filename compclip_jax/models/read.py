@@ -34,11 +34,13 @@ def read_proj_init(name: str):
 
 class READModel(nnx.Module):
   def __init__(self, clip: CLIP, t5_cfg: T5Config, *, rngs: nnx.Rngs, t5_dtypes: DTypes = DTypes(),
-               decoder: T5Decoder | None = None):
+               decoder: T5Decoder | None = None, t5_attention: str = "explicit"):
     self.clip = clip
     self.proj = nnx.Linear(clip.cfg.text.width, t5_cfg.d_model, use_bias=False, kernel_init=torch_linear_init,
                            rngs=rngs)  # training sets W itself (train.build_model, `model.read_proj_init`)
-    self.decoder = decoder if decoder is not None else T5Decoder(t5_cfg, t5_dtypes, rngs=rngs)
+    if decoder is None:
+      decoder = T5Decoder(t5_cfg, t5_dtypes, rngs=rngs, attention=t5_attention)
+    self.decoder = decoder
 
   def reconstruct(self, pooled: jax.Array, decoder_input_ids: jax.Array,
                   dropout_rng: jax.Array | None = None) -> jax.Array:

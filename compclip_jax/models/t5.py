@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compclip_jax.models.clip import DTypes
+from compclip_jax.models.clip import DTypes, attention_implementation, check_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +34,13 @@ class T5Config:
   decoder_start_token_id: int = 0
   pad_token_id: int = 0
   eos_token_id: int = 1
+
+  @classmethod
+  def v1_1(cls, d_model: int, layers: int, vocab: int) -> "T5Config":
+    """A decoder in T5 v1.1's proportions (64-wide heads, d_ff = 2.75 d_model: 2816 at large's 1024), e.g. the
+    random tiny decoder of `t5.random`."""
+    return cls(vocab_size=vocab, d_model=d_model, d_kv=64, d_ff=int(2.75 * d_model), num_decoder_layers=layers,
+               num_heads=max(1, d_model // 64))
 
   @classmethod
   def from_hf_dict(cls, d: Mapping[str, Any]) -> "T5Config":
@@ -54,7 +61,8 @@ class T5Config:
   def to_hf_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d.update(model_type="t5", architectures=["T5ForConditionalGeneration"], feed_forward_proj="gated-gelu",
-             tie_word_embeddings=False, scale_decoder_outputs=False, num_layers=self.num_decoder_layers, is_encoder_decoder=True)
+             tie_word_embeddings=False, scale_decoder_outputs=False, num_layers=self.num_decoder_layers,
+             is_encoder_decoder=True)
     return d
 
 
@@ -101,9 +109,16 @@ class RMSNorm(nnx.Module):
 
 
 class T5Attention(nnx.Module):
-  """Attention without 1/√d scaling; block 0's self-attention owns the relative position bias table."""
+  """Attention without 1/√d scaling; block 0's self-attention owns the relative position bias table.
 
-  def __init__(self, cfg: T5Config, dt: DTypes, has_relative_bias: bool, *, rngs: nnx.Rngs):
+  `attention` (models.clip.ATTENTION): "explicit" is the formulation the parity test pins; the fused ones call
+  `jax.nn.dot_product_attention` with scale 1 and the bias. Dropout on the attention probabilities (READ's frozen
+  decoder in train mode) is not something the fused kernels do, so with a dropout key the explicit path runs.
+  """
+
+  def __init__(self, cfg: T5Config, dt: DTypes, has_relative_bias: bool, *, rngs: nnx.Rngs,
+               attention: str = "explicit"):
+    self.implementation = attention_implementation(attention, dt.compute)
     inner = cfg.num_heads * cfg.d_kv
     lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
     self.q, self.k, self.v = lin(cfg.d_model, inner), lin(cfg.d_model, inner), lin(cfg.d_model, inner)
@@ -120,11 +135,21 @@ class T5Attention(nnx.Module):
                                        self.cfg.relative_attention_max_distance)
     return self.relative_attention_bias(buckets).transpose(2, 0, 1)[None].astype(jnp.float32)
 
-  def __call__(self, x, kv, bias, keys: _Keys):
-    """x [B, Lq, D], kv [B, Lk, D], bias broadcastable to [B, H, Lq, Lk] (fp32, mask included) → [B, Lq, D]."""
+  def __call__(self, x, kv, bias, keys: _Keys, causal: bool = False):
+    """x [B, Lq, D], kv [B, Lk, D], bias [1, H, Lq, Lk] fp32 or None → [B, Lq, D]. With `causal` the bias is the bare
+    position bias and the causal mask is applied here; without it the bias carries any mask already."""
     h, d = self.cfg.num_heads, self.cfg.d_kv
     split = lambda t: t.reshape(t.shape[0], t.shape[1], h, d)
     q, k, v = split(self.q(x)), split(self.k(kv)), split(self.v(kv))
+    if self.implementation is not None and (keys.key is None or self.cfg.dropout_rate == 0.0):
+      out = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
+                                         scale=1.0, is_causal=causal, implementation=self.implementation)
+      return self.o(out.reshape(out.shape[0], out.shape[1], h * d))
+    if bias is None:
+      bias = jnp.zeros((), jnp.float32)
+    if causal:
+      lq, lk = x.shape[1], kv.shape[1]
+      bias = jnp.where(jnp.tril(jnp.ones((lq, lk), bool)), bias, jnp.finfo(jnp.float32).min)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
     probs = _dropout(jax.nn.softmax(scores, axis=-1), self.cfg.dropout_rate, keys()).astype(v.dtype)
     out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
@@ -132,24 +157,26 @@ class T5Attention(nnx.Module):
 
 
 class T5LayerSelfAttention(nnx.Module):
-  def __init__(self, cfg, dt, has_relative_bias, *, rngs):
-    self.SelfAttention = T5Attention(cfg, dt, has_relative_bias, rngs=rngs)
+  def __init__(self, cfg, dt, has_relative_bias, *, rngs, attention="explicit"):
+    self.SelfAttention = T5Attention(cfg, dt, has_relative_bias, rngs=rngs, attention=attention)
     self.layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon, dt)
     self.rate = cfg.dropout_rate
 
-  def __call__(self, x, bias, keys):
+  def __call__(self, x, bias, keys, causal=False):
     y = self.layer_norm(x)
-    return x + _dropout(self.SelfAttention(y, y, bias, keys), self.rate, keys())
+    return x + _dropout(self.SelfAttention(y, y, bias, keys, causal), self.rate, keys())
 
 
 class T5LayerCrossAttention(nnx.Module):
-  def __init__(self, cfg, dt, *, rngs):
-    self.EncDecAttention = T5Attention(cfg, dt, False, rngs=rngs)
+  def __init__(self, cfg, dt, *, rngs, attention="explicit"):
+    # READ cross-attends to a length-1 sequence: the XLA formulation is all it needs, cuDNN gains nothing there.
+    self.EncDecAttention = T5Attention(cfg, dt, False, rngs=rngs, attention="xla" if attention == "auto" else attention)
     self.layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon, dt)
     self.rate = cfg.dropout_rate
 
   def __call__(self, x, enc, keys):
-    out = self.EncDecAttention(self.layer_norm(x), enc, jnp.zeros((), jnp.float32), keys)
+    bias = None if self.EncDecAttention.implementation is not None else jnp.zeros((), jnp.float32)
+    out = self.EncDecAttention(self.layer_norm(x), enc, bias, keys)
     return x + _dropout(out, self.rate, keys())
 
 
@@ -177,29 +204,32 @@ class T5LayerFF(nnx.Module):
 
 
 class T5Block(nnx.Module):
-  def __init__(self, cfg, dt, first: bool, *, rngs):
-    self.layer = nnx.List([T5LayerSelfAttention(cfg, dt, first, rngs=rngs), T5LayerCrossAttention(cfg, dt, rngs=rngs),
+  def __init__(self, cfg, dt, first: bool, *, rngs, attention="explicit"):
+    self.layer = nnx.List([T5LayerSelfAttention(cfg, dt, first, rngs=rngs, attention=attention),
+                           T5LayerCrossAttention(cfg, dt, rngs=rngs, attention=attention),
                            T5LayerFF(cfg, dt, rngs=rngs)])
 
-  def __call__(self, x, enc, self_bias, keys):
-    x = self.layer[0](x, self_bias, keys)
+  def __call__(self, x, enc, self_bias, keys, causal=False):
+    x = self.layer[0](x, self_bias, keys, causal)
     return self.layer[2](self.layer[1](x, enc, keys), keys)
 
 
 class T5Stack(nnx.Module):
-  def __init__(self, cfg, dt, *, rngs):
-    self.block = nnx.List([T5Block(cfg, dt, i == 0, rngs=rngs) for i in range(cfg.num_decoder_layers)])
+  def __init__(self, cfg, dt, *, rngs, attention="explicit"):
+    self.block = nnx.List([T5Block(cfg, dt, i == 0, rngs=rngs, attention=attention)
+                           for i in range(cfg.num_decoder_layers)])
     self.final_layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon, dt)
 
 
 class T5Decoder(nnx.Module):
-  """`T5ForConditionalGeneration` minus the encoder."""
+  """`T5ForConditionalGeneration` minus the encoder; `attention` as T5Attention's."""
 
-  def __init__(self, cfg: T5Config, dt: DTypes = DTypes(), *, rngs: nnx.Rngs):
+  def __init__(self, cfg: T5Config, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.cfg, self.dt = cfg, dt
+    self.attention = check_attention(attention)
     self.shared = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dt.compute, param_dtype=dt.param,
                             embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
-    self.decoder = T5Stack(cfg, dt, rngs=rngs)
+    self.decoder = T5Stack(cfg, dt, rngs=rngs, attention=attention)
     self.lm_head = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=dt.compute, param_dtype=dt.param,
                               rngs=rngs)
 
@@ -210,11 +240,15 @@ class T5Decoder(nnx.Module):
     t = decoder_input_ids.shape[1]
     x = _dropout(self.shared(decoder_input_ids), self.cfg.dropout_rate, keys())
     first_attn = self.decoder.block[0].layer[0].SelfAttention
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    self_bias = jnp.where(causal, first_attn.position_bias(t, t), jnp.finfo(jnp.float32).min)
+    fused = self.attention != "explicit"
+    if fused:  # the bare position bias; each attention applies the causal mask its own way
+      self_bias = first_attn.position_bias(t, t)
+    else:
+      self_bias = jnp.where(jnp.tril(jnp.ones((t, t), bool)), first_attn.position_bias(t, t),
+                            jnp.finfo(jnp.float32).min)
     enc = encoder_hidden_states.astype(self.dt.compute)
     for block in self.decoder.block:
-      x = block(x, enc, self_bias, keys)
+      x = block(x, enc, self_bias, keys, fused)
     x = _dropout(self.decoder.final_layer_norm(x), self.cfg.dropout_rate, keys())
     return self.lm_head(x).astype(jnp.float32)
 

@@ -32,25 +32,25 @@ def read_clip_dir(directory: str) -> tuple[clip_config.CLIPConfig, maps.RawCheck
                                  hint="is config.json the one that belongs to these weights?")
 
 
-def save_clip_dir(cfg: clip_config.CLIPConfig, flat: dict[str, np.ndarray], directory: str) -> list[str]:
-  """Writes config.json + model.safetensors (fp32) that `transformers.CLIPModel.from_pretrained` loads."""
+def _save_dir(hf_config: dict, flat: dict[str, np.ndarray], directory: str) -> list[str]:
+  """config.json + model.safetensors (fp32, HF names through `maps.hf_rules`) of our flat params."""
   os.makedirs(directory, exist_ok=True)
   sd = maps.export_params({k: v.astype(np.float32) for k, v in flat.items()}, maps.hf_rules(list(flat)))
   files.write_safetensors(sd, os.path.join(directory, "model.safetensors"))
   with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(clip_config.to_hf_dict(cfg), f, indent=2)
+    json.dump(hf_config, f, indent=2)
   return ["config.json", "model.safetensors"]
+
+
+def save_clip_dir(cfg: clip_config.CLIPConfig, flat: dict[str, np.ndarray], directory: str) -> list[str]:
+  """Writes config.json + model.safetensors (fp32) that `transformers.CLIPModel.from_pretrained` loads."""
+  return _save_dir(clip_config.to_hf_dict(cfg), flat, directory)
 
 
 def save_t5_decoder_dir(cfg: T5Config, flat: dict[str, np.ndarray], directory: str) -> list[str]:
   """Writes config.json + model.safetensors (fp32) of a T5 v1.1 decoder that `read_t5_dir` loads back. It holds no
   encoder: transformers would load it as a T5ForConditionalGeneration with a freshly initialised encoder."""
-  os.makedirs(directory, exist_ok=True)
-  sd = maps.export_params({k: v.astype(np.float32) for k, v in flat.items()}, maps.hf_rules(list(flat)))
-  files.write_safetensors(sd, os.path.join(directory, "model.safetensors"))
-  with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(cfg.to_hf_dict(), f, indent=2)
-  return ["config.json", "model.safetensors"]
+  return _save_dir(cfg.to_hf_dict(), flat, directory)
 
 
 def read_t5_dir(directory: str) -> tuple[T5Config, maps.RawCheckpoint]:

@@ -77,7 +77,8 @@ def hf_rules(our_paths: Iterable[str]) -> list[Rule]:
 
 
 # ---------------------------------------------------------------------------------------------- open_clip map
-_OC_TOWER = [  # (our suffix(es) under <tower>.encoder.layers.{i}., open_clip suffix under <oc>transformer.resblocks.{i}., transform)
+# (our suffix(es) under <tower>.encoder.layers.{i}., open_clip suffix under <oc>transformer.resblocks.{i}., transform)
+_OC_TOWER = [
     (("layer_norm1.scale",), "ln_1.weight", KEEP), (("layer_norm1.bias",), "ln_1.bias", KEEP),
     (("self_attn.q_proj.kernel", "self_attn.k_proj.kernel", "self_attn.v_proj.kernel"), "attn.in_proj_weight",
      FUSED_LINEAR),

@@ -1,0 +1,62 @@
+"""Evaluation as a library: where a config's benchmark files are, and running benchmarks on an encoder.
+
+`benchmark_dirs(evals, …)` → (data_dir, image_dir) of a config's `evals` section: the folders it names (`evals.source`
+"files") or the synthetic world's held-out benchmarks in the real formats ("synthetic", `evals.synthetic_size`
+scenes; written once by process 0 into `evals.data_dir`, default `<workdir>/world/benchmarks`). `run_benchmarks` →
+{benchmark: metrics}; `evaluators.output.markdown` renders them as a table. The trainer, the notebooks and
+`python -m compclip_jax.evaluate` (flags and main only) all call these.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from compclip_jax import synthetic
+from compclip_jax.evaluators import registry
+from compclip_jax.evaluators.encoding import Encoder
+
+SOURCES = ("files", "synthetic")
+SYNTHETIC_SEED_OFFSET = 1000  # the benchmarks' scenes are seeded seed + 1000: never the training world's
+
+
+def config_errors(e) -> list[str]:
+  """Problems of a config's `evals` section (`train.validate` reports them with the rest, at once)."""
+  if e.source not in SOURCES:
+    return [f"evals.source {e.source!r}: use one of {SOURCES}"]
+  if not e.benchmarks:
+    return []
+  if e.source == "synthetic":
+    return [] if e.synthetic_size > 0 else [f"evals.synthetic_size {e.synthetic_size}: need ≥ 1 benchmark scene"]
+  return [f"evals.{k} {e[k]!r} is not a directory" for k in ("data_dir", "image_dir") if not os.path.isdir(e[k])]
+
+
+def benchmark_dirs(e, workdir: str, seed: int, process_index: int = 0,
+                   barrier: Callable[[str], None] | None = None) -> tuple[str, str]:
+  """(data_dir, image_dir) of a config's `evals` section `e`; for the synthetic source, process 0 writes the files
+  (unless the same ones are there) and every process waits at `barrier(name)` before reading them."""
+  if e.source != "synthetic":
+    return e.data_dir, e.image_dir
+  data_dir = e.data_dir or os.path.join(workdir, "world", "benchmarks")
+  n, bench_seed = e.synthetic_size, seed + SYNTHETIC_SEED_OFFSET
+  if process_index == 0:
+    synthetic.write_benchmarks(data_dir, n, bench_seed, e.image_dir)
+  if barrier is not None:
+    barrier("synthetic benchmarks written")
+  dirs = synthetic.read_benchmarks(data_dir, n, bench_seed, e.image_dir)
+  return dirs["data_dir"], dirs["image_dir"]
+
+
+def run_benchmarks(encoder: Encoder, names: list[str], data_dir: str, image_dir: str, tie: str = "strict",
+                   cache_dir: str | None = None, seed: int = 0) -> dict[str, dict]:
+  """{benchmark: {"task", "dataset", "metrics"}} with the encoder's current weights; unknown names raise, missing
+  files name themselves."""
+  out = {}
+  for name in names:
+    t0 = time.perf_counter()
+    task = registry.load(name, data_dir, image_dir, cache_dir, seed)
+    img = encoder.images(task.images.items, desc=f"{name} images")
+    txt = encoder.texts(task.texts.items, desc=f"{name} texts")
+    out[name] = {"task": task.task, "dataset": task.name,
+                 "metrics": task.score(img, txt, tie) | {"seconds": round(time.perf_counter() - t0, 1)}}
+  return out

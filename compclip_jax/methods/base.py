@@ -1,0 +1,112 @@
+"""What a training method is: `StepKind` (one kind of train step: record → sample → loss) and `Method` (its step
+kinds, their alternation, its metric names, extra model parts and config checks), plus the encoding helpers the
+methods' losses share. The trainer, the step builder, the pipeline and the metric writer take these objects and never
+name a method (docs/architecture.md, "methods/").
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from compclip_jax.data.samples import SampleOptions, Tagger
+from compclip_jax.models.clip import CLIP
+
+# (record, partner record or None, rng, tagger, options) → {"image": uint8 [S, S, 3], "texts": [str], …}
+# (the builders of data/samples.py)
+SampleFn = Callable[[dict, dict | None, np.random.Generator, Tagger | None, SampleOptions], dict]
+# (merged model, global batch, this step's rng, (mean, std), config.loss) → (loss [], metrics {name: []})
+LossFn = Callable[[nnx.Module, dict, jax.Array, tuple, Any], tuple[jax.Array, dict]]
+
+
+def model_normalization(opts: SampleOptions, mean, std) -> tuple[tuple, tuple]:
+  """The model's own preprocessing constants (METHODS §1.4: CLIP steps, NegCLIP, READ)."""
+  del opts
+  return tuple(mean), tuple(std)
+
+
+def no_partner(opts: SampleOptions) -> bool:
+  del opts
+  return False
+
+
+@dataclasses.dataclass(frozen=True)
+class StepKind:
+  """One kind of train step. Picklable (module-level functions only): grain workers receive it with the pipeline."""
+  name: str  # pipeline layout, data-state and `loss/<name>` key: checkpointed, never rename
+  sample: SampleFn
+  loss: LossFn
+  # (options, model mean, model std) → the (mean, std) the step applies on device to the batch's uint8 images
+  normalization: Callable[[SampleOptions, Any, Any], tuple[tuple, tuple]] = model_normalization
+  partner: Callable[[SampleOptions], bool] = no_partner  # True: the sample takes a same-orientation partner record
+  t5_target: bool = False  # the sample has a "target" caption the T5 tokenizer encodes (the decoder's target)
+
+
+def no_problems(c: ml_collections.ConfigDict) -> list[str]:
+  del c
+  return []
+
+
+def decoder_problems(c: ml_collections.ConfigDict) -> list[str]:
+  """A method with READ's decoder needs a T5 v1.1 checkpoint, or a random decoder asked for (t5.random: :runlocal)."""
+  if not c.t5.init and not c.t5.random:
+    return [f"{c.method} needs t5.init: an HF T5 v1.1 directory (e.g. google/t5-v1_1-large downloaded locally)"]
+  return []
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A training method: the single home of what it trains with (its `configs/<name>.py` holds the recipe)."""
+  name: str  # config.method
+  kinds: tuple[StepKind, ...]  # every kind it may run; kinds[0] is its main step
+  console_terms: tuple[str, ...]  # loss terms the console line shows: metric `x/<term>` for each term
+  # config → the step kinds of one period of the schedule: step g runs cycle[g % len(cycle)] (METHODS §1.4)
+  cycle: Callable[[ml_collections.ConfigDict], tuple[StepKind, ...]] | None = None
+  decoder: bool = False  # READ's W + frozen T5 decoder around CLIP (models/read.READModel)
+  # (config, workdir, T5 config, T5 tokenizer, flat {path: array} of the whole model) → CLIP's own flat parameters,
+  # after writing what else the method exports (READ: the decoder, when export.t5_decoder)
+  export_parts: Callable[..., dict] | None = None
+  needs_parse: bool = False  # its negatives need the dependency parse (noun chunks) of a prepared source
+  validate: Callable[[ml_collections.ConfigDict], list[str]] = no_problems  # the method's own config problems
+
+  def schedule(self, c: ml_collections.ConfigDict) -> tuple[StepKind, ...]:
+    return self.cycle(c) if self.cycle is not None else self.kinds[:1]
+
+  def period(self, c: ml_collections.ConfigDict) -> int:
+    """Steps after which `kind_at` repeats."""
+    return len(self.schedule(c))
+
+  def kind_at(self, c: ml_collections.ConfigDict, step: int) -> StepKind:
+    cycle = self.schedule(c)
+    return cycle[step % len(cycle)]
+
+  def step_kinds(self, c: ml_collections.ConfigDict) -> tuple[StepKind, ...]:
+    """The kinds this config runs, in order of first use (each gets a pipeline and a jitted step)."""
+    return tuple(dict.fromkeys(self.schedule(c)))
+
+
+# ----------------------------------------------------------------------------------- encoding, shared by the losses
+def normalize_images(images_u8: jax.Array, mean, std) -> jax.Array:
+  """uint8 [B, H, W, 3] → float32 (x/255 − mean)/std (the on-device twin of data/images.Preprocess)."""
+  x = images_u8.astype(jnp.float32) / 255.0
+  return (x - jnp.asarray(mean, jnp.float32)) / jnp.asarray(std, jnp.float32)
+
+
+def image_embeddings(clip: CLIP, batch: dict, norm: tuple) -> jax.Array:
+  """batch["image"] uint8 [B, H, W, 3] → L2-normalised fp32 [B, D]."""
+  return clip.encode_image(normalize_images(batch["image"], *norm), normalize=True)
+
+
+def stacked(ids: jax.Array) -> jax.Array:
+  """[B, K, L] per-sample caption sets → [K·B, L] stacked set by set ([p1 (B); p2 (B); …])."""
+  return jnp.swapaxes(ids, 0, 1).reshape(-1, ids.shape[-1])
+
+
+def logit_scale(clip: CLIP) -> jax.Array:
+  """s = exp(logit_scale), fp32 [] (stored as a log, METHODS §4)."""
+  return jnp.exp(clip.logit_scale[...].astype(jnp.float32))

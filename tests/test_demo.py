@@ -1,0 +1,48 @@
+"""The demo's entry point (python -m compclip_jax.demo) on a tiny world: world → pretraining → fine-tuning → report,
+the world written once and shared by its runs; and main.py pointing a `:demo` config at it."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from compclip_jax import demo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "PYTHONPATH": ROOT}
+TINY = ["--pretrain_steps=2", "--pretrain_batch=8", "--config.data.synthetic_size=24",
+        "--config.evals.synthetic_size=12", "--config.data.image_size=32", "--config.batch_size=8",
+        "--config.total_steps=2", "--config.evals.every_steps=0", "--config.log_every=1",
+        "--config.checkpoint.every_steps=2"]
+
+
+@pytest.mark.slow
+def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "compclip_jax.demo", "--method=clic", f"--workdir={tmp_path}", *TINY],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "| clic on the synthetic world" in out.stdout and (tmp_path / "report_clic.md").exists()
+  assert (tmp_path / "pretrained" / "export" / "hf" / "model.safetensors").exists()
+  # one world for the pretraining and the fine-tuning, of the config's size and seed (no per-run copies)
+  assert json.load(open(tmp_path / "world" / "world.json"))["size"] == 24
+  assert not (tmp_path / "pretrained" / "world").exists() and not (tmp_path / "clic" / "world").exists()
+  ran = json.load(open(tmp_path / "clic" / "config.json"))
+  assert ran["data"]["source"] == "synthetic" and ran["data"]["path"] == str(tmp_path / "world")
+  assert ran["model"]["init"] == str(tmp_path / "pretrained" / "export" / "hf") and ran["total_steps"] == 2
+
+
+def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):
+  with pytest.raises(SystemExit):
+    demo.main(["--method=clic", f"--workdir={tmp_path}", "--config.no_such_key=1"])
+  with pytest.raises(SystemExit):
+    demo.main(["--method=nope", f"--workdir={tmp_path}"])
+  c = demo.demo_config("clip_all")
+  assert c.method == "clip" and not c.optim.frozen  # the control trains all of CLIP
+  demo._override(c, "optim.lr=3e-4")  # pylint: disable=protected-access
+  demo._override(c, "evals.benchmarks=('sugarcrepe',)")  # pylint: disable=protected-access
+  assert c.optim.lr == 3e-4 and tuple(c.evals.benchmarks) == ("sugarcrepe",)
+  out = subprocess.run([sys.executable, "-m", "compclip_jax.main", "--config=configs/read.py:demo",
+                        f"--workdir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2 and "python -m compclip_jax.demo --method=read" in out.stderr
+  assert not os.listdir(tmp_path)  # nothing trained or written
