@@ -37,8 +37,9 @@ _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size for `encode`.")
 _RECORDS = flags.DEFINE_integer("records", 400, "Records generated for `pipeline`.")
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device for the MFU of `train` (0: not shown).")
-_COMPONENTS = flags.DEFINE_bool("components", False, "`train`: time the CLIC step's parts instead (frozen vision "
-                                 "forward, text forward + backward, loss, AdamW) at --text_len tokens.")
+_COMPONENTS = flags.DEFINE_bool(
+    "components", False, "`train`: time the CLIC step's parts instead (frozen vision "
+    "forward, text forward + backward, loss, AdamW) at --text_len tokens.")
 _TEXT_LEN = flags.DEFINE_integer("text_len", 77, "`train --components`: token width of the texts.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "`device`: tiny widths and batches (seconds on a CPU).")
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config for `train`.", lock_config=True)
@@ -108,11 +109,10 @@ def bench_encode(model_dir: str, batch: int, runs: int) -> None:
   jax.block_until_ready(enc_t(model, ids))
   jax.block_until_ready(enc_i(model, px))
   rows = []
-  for name, ours, theirs in (
-      ("captions", lambda: jax.block_until_ready(enc_t(model, ids)),
-       lambda: ref.get_text_features(input_ids=ids_t)),
-      ("images", lambda: jax.block_until_ready(enc_i(model, px)),
-       lambda: ref.get_image_features(pixel_values=px_t))):
+  for name, ours, theirs in (("captions", lambda: jax.block_until_ready(enc_t(model, ids)),
+                              lambda: ref.get_text_features(input_ids=ids_t)),
+                             ("images", lambda: jax.block_until_ready(enc_i(model, px)),
+                              lambda: ref.get_image_features(pixel_values=px_t))):
     with torch.no_grad():
       theirs()
       t_o, t_r = [], []
@@ -138,9 +138,11 @@ def _bench_dataset(root: str, n: int) -> str:
     w, h = (int(x) for x in rng.integers(300, 641, 2))
     base = rng.integers(0, 256, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)  # smooth-ish content, JPEG-realistic
     Image.fromarray(base).resize((w, h), Image.Resampling.BILINEAR).save(os.path.join(root, "images", f"{i}.jpg"),
-                                                                        quality=90)
-    sents = [f"a {rng.choice(colors)} {rng.choice(things)} next to a {rng.choice(colors)} {rng.choice(things)} on "
-             f"a sunny day" for _ in range(int(rng.integers(3, 6)))]
+                                                                         quality=90)
+    sents = [
+        f"a {rng.choice(colors)} {rng.choice(things)} next to a {rng.choice(colors)} {rng.choice(things)} on "
+        f"a sunny day" for _ in range(int(rng.integers(3, 6)))
+    ]
     lines.append(",".join([f"{i}.jpg"] + sents))
   with open(os.path.join(root, "rows.csv"), "w") as f:
     f.write("\n".join(lines) + "\n")
@@ -179,8 +181,12 @@ def bench_pipeline(records: int, runs: int) -> None:
     else:
       (aa,), (ab,) = samples.analyses(a, [0], None), samples.analyses(b, [0], None)
     n, _ = neg.clic_negative(aa, ab, rng)
-    tok([neg.join(a["sentences"][0], b["sentences"][0]), neg.join(b["sentences"][0], a["sentences"][0]),
-         neg.join(a["sentences"][1], b["sentences"][1]), neg.join(b["sentences"][2], a["sentences"][1]), n or ""])
+    tok([
+        neg.join(a["sentences"][0], b["sentences"][0]),
+        neg.join(b["sentences"][0], a["sentences"][0]),
+        neg.join(a["sentences"][1], b["sentences"][1]),
+        neg.join(b["sentences"][2], a["sentences"][1]), n or ""
+    ])
 
   fly = _rate(lambda k: text_side(k, True), m, runs)
   cache = _rate(lambda k: text_side(k, False), m, runs)

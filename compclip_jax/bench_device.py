@@ -160,13 +160,14 @@ def compile_point(p: Point, compute_dtype, frozen_dtype, attention: str, remat: 
   tx = optim.make_optimizer(schedule, decay, ADAMW)
   rep = sharding.replicated(mesh)
   trainable, frozen = jax.device_put(trainable, rep), jax.device_put(frozen, rep)
-  state = steps.TrainState(jax.device_put(jnp.int32(0), rep), trainable, jax.jit(tx.init)(trainable),
-                           jax.device_put(jax.random.PRNGKey(0), rep))
+  state = steps.TrainState(jax.device_put(jnp.int32(0), rep), trainable,
+                           jax.jit(tx.init)(trainable), jax.device_put(jax.random.PRNGKey(0), rep))
   norm = (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   step = jax.jit(steps.make_step(methods.step_kind(p.kind), graphdef, tx, schedule, norm, LOSS), donate_argnums=(0,),
                  in_shardings=(rep, rep, sharding.batch_sharding(mesh)), out_shardings=(rep, None))
-  abstract_batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in host_batch(p, np.random.default_rng(0))
-                    .items()}
+  abstract_batch = {
+      k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in host_batch(p, np.random.default_rng(0)).items()
+  }
   t0 = time.perf_counter()
   compiled = step.lower(state, frozen, abstract_batch).compile()
   return compiled, state, frozen, _flops(compiled), _peak_bytes(compiled), time.perf_counter() - t0
@@ -204,11 +205,12 @@ def run(smoke: bool = False, n_steps: int = 5, warmup: int = 2, budget_s: float 
   limit = device_memory()
   mesh = sharding.make_mesh(data=-1, fsdp=1)
   n_dev = jax.device_count()
-  print(f"device benchmark: {n_dev} × {dev.device_kind} ({dev.platform}), jax {jax.__version__}, compute {dtype}, "
-        f"frozen towers {frozen_dtype.name}, trained parameters and AdamW state fp32, attention {attention}, "
-        f"{TEXT_LEN}-token texts; median of {n_steps} steps after {warmup} warm-up; peak "
-        f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown (no MFU)'}; device memory "
-        f"{'%.1f GiB' % (limit / 2**30) if limit else 'unknown'}", file=out, flush=True)
+  print(
+      f"device benchmark: {n_dev} × {dev.device_kind} ({dev.platform}), jax {jax.__version__}, compute {dtype}, "
+      f"frozen towers {frozen_dtype.name}, trained parameters and AdamW state fp32, attention {attention}, "
+      f"{TEXT_LEN}-token texts; median of {n_steps} steps after {warmup} warm-up; peak "
+      f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown (no MFU)'}; device memory "
+      f"{'%.1f GiB' % (limit / 2**30) if limit else 'unknown'}", file=out, flush=True)
   rows = []
   for p in points(smoke):
     if only and p.kind not in only:
@@ -251,13 +253,16 @@ def run(smoke: bool = False, n_steps: int = 5, warmup: int = 2, budget_s: float 
     finally:
       del state, frozen
     # cost_analysis describes the per-device program (the SPMD partition), so MFU divides by one device's peak
-    rows.append({**row, "samples/s": f"{batch / t:,.0f}" if not smoke else f"{batch / t:,.1f}",
-                 "step time (ms)": f"{1e3 * t:,.1f}", "TFLOP/step": _fmt(flops and flops / 1e12, ".4g"),
-                 "MFU": f"{100 * flops / t / peak:.1f} %" if (flops and peak) else "",
-                 "peak mem/device (GiB)": _fmt(peak_b and peak_b / 2**30, ".2f"), "compile (s)": f"{t_compile:.1f}",
-                 "notes": "; ".join(notes)})
-    print(f"  done {p.kind} {p.model} B={batch}: {1e3 * t:.1f} ms/step ({time.perf_counter() - start:.0f} s "
-          "elapsed)", file=out, flush=True)
+    rows.append({
+        **row, "samples/s": f"{batch / t:,.0f}" if not smoke else f"{batch / t:,.1f}",
+        "step time (ms)": f"{1e3 * t:,.1f}", "TFLOP/step": _fmt(flops and flops / 1e12, ".4g"),
+        "MFU": f"{100 * flops / t / peak:.1f} %" if (flops and peak) else "",
+        "peak mem/device (GiB)": _fmt(peak_b and peak_b / 2 ** 30, ".2f"), "compile (s)": f"{t_compile:.1f}",
+        "notes": "; ".join(notes)
+    })
+    print(
+        f"  done {p.kind} {p.model} B={batch}: {1e3 * t:.1f} ms/step ({time.perf_counter() - start:.0f} s "
+        "elapsed)", file=out, flush=True)
   print(markdown_table(rows), file=out, flush=True)
   print(f"total {time.perf_counter() - start:.0f} s", file=out, flush=True)
   return rows
@@ -283,22 +288,28 @@ def memory(model: str = "ViT-L-14-quickgelu", batch: int = 800, fsdp: int = -1, 
   frozen_sh = sharding.state_shardings(mesh, frozen)
   batch_sh = sharding.batch_sharding(mesh)
   with_sh = lambda tree, sh: jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
-  abstract_batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh)
-                    for k, v in host_batch(dataclasses.replace(p, batch=2), np.random.default_rng(0)).items()}
-  abstract_batch = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=batch_sh)
-                    for k, v in abstract_batch.items()}
+  abstract_batch = {
+      k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh)
+      for k, v in host_batch(dataclasses.replace(p, batch=2), np.random.default_rng(0)).items()
+  }
+  abstract_batch = {
+      k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=batch_sh) for k, v in abstract_batch.items()
+  }
   norm = (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   step = jax.jit(steps.make_step(methods.step_kind("clic"), graphdef, tx, optim.clic_schedule(1000), norm, LOSS),
                  in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=(0,))
   t0 = time.perf_counter()
   compiled = step.lower(with_sh(abstract_state, state_sh), with_sh(frozen, frozen_sh), abstract_batch).compile()
   peak_b = _peak_bytes(compiled)
-  result = {"model": model, "global batch": batch, "devices": jax.device_count(), "mesh": dict(mesh.shape),
-            "peak bytes/device": peak_b, "compile s": time.perf_counter() - t0, "flops/device": _flops(compiled)}
-  print(f"memory: CLIC step {model}, global batch {batch}, FSDP over {jax.device_count()} "
-        f"{jax.devices()[0].platform} devices, compute {compute_dtype}, remat {remat}: compiled peak "
-        f"{_fmt(peak_b and peak_b / 2**30, '.2f')} GiB per device (compiled in {result['compile s']:.0f} s)",
-        file=out, flush=True)
+  result = {
+      "model": model, "global batch": batch, "devices": jax.device_count(), "mesh": dict(mesh.shape),
+      "peak bytes/device": peak_b, "compile s": time.perf_counter() - t0, "flops/device": _flops(compiled)
+  }
+  print(
+      f"memory: CLIC step {model}, global batch {batch}, FSDP over {jax.device_count()} "
+      f"{jax.devices()[0].platform} devices, compute {compute_dtype}, remat {remat}: compiled peak "
+      f"{_fmt(peak_b and peak_b / 2**30, '.2f')} GiB per device (compiled in {result['compile s']:.0f} s)", file=out,
+      flush=True)
   return result
 
 
@@ -331,14 +342,16 @@ def component_fns(cfg: clip_config.CLIPConfig, batch: int, text_len: int = TEXT_
   img = jax.block_until_ready(vision(trainable, hb["image"]))
   txt = merged(trainable).encode_text(texts, normalize=True)
   scale = jnp.float32(1 / 0.07)
-  loss = jax.jit(jax.value_and_grad(lambda i, t: losses.clic_loss(i, t, jnp.asarray(hb["neg_valid"]), scale)[0],
-                                    argnums=(0, 1)))
+  loss = jax.jit(
+      jax.value_and_grad(lambda i, t: losses.clic_loss(i, t, jnp.asarray(hb["neg_valid"]), scale)[0], argnums=(0, 1)))
   grads = jax.tree.map(jnp.ones_like, trainable)
   adamw = jax.jit(lambda g, o, pr: optax.apply_updates(pr, tx.update(g, o, pr)[0]))
-  parts = {"vision forward (frozen)": lambda: vision(trainable, hb["image"]),
-           f"text forward + backward ({texts.shape[0]} × {text_len})": lambda: text_fb(trainable),
-           "loss + gradient": lambda: loss(img, txt), "AdamW update": lambda: adamw(grads, opt_state, trainable),
-           "whole CLIC step": lambda: step(state, frozen, hb)}
+  parts = {
+      "vision forward (frozen)": lambda: vision(trainable, hb["image"]),
+      f"text forward + backward ({texts.shape[0]} × {text_len})": lambda: text_fb(trainable),
+      "loss + gradient": lambda: loss(img, txt), "AdamW update": lambda: adamw(grads, opt_state, trainable),
+      "whole CLIC step": lambda: step(state, frozen, hb)
+  }
   for fn in parts.values():
     jax.block_until_ready(fn())  # compile + warm up
   return parts
@@ -360,8 +373,9 @@ def components(cfg: clip_config.CLIPConfig, batch: int, text_len: int = TEXT_LEN
   """Median seconds of the CLIC step and of its parts (component_fns), timed round-robin (docs/performance.md,
   "CPU profile"). The parts add up to more than the step: XLA fuses across them."""
   med = round_robin(component_fns(cfg, batch, text_len, compute_dtype, frozen_dtype, attention), runs)
-  print(f"CLIC step components, B={batch}, {text_len} tokens, compute {compute_dtype}, frozen {frozen_dtype}, "
-        f"attention {attention}, {jax.devices()[0].platform}; median of {runs} round-robin runs:", file=out)
+  print(
+      f"CLIC step components, B={batch}, {text_len} tokens, compute {compute_dtype}, frozen {frozen_dtype}, "
+      f"attention {attention}, {jax.devices()[0].platform}; median of {runs} round-robin runs:", file=out)
   for k, v in med.items():
     print(f"  {k:34s} {v:8.3f} s", file=out, flush=True)
   return med

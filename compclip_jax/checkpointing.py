@@ -50,8 +50,8 @@ class Checkpointer:
       if jax.process_count() > 1:  # every process reloads the step list after the move
         from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
         multihost_utils.sync_global_devices("unrestorable checkpoint moved aside")
-      logging.warning("the unrestorable checkpoint step %d was moved to %s before writing step %d again", step,
-                      aside, step)
+      logging.warning("the unrestorable checkpoint step %d was moved to %s before writing step %d again", step, aside,
+                      step)
       self.manager.reload()
     tmp = self._data_path(step) + ".tmp"
     with open(tmp, "w") as f:
@@ -85,8 +85,8 @@ class Checkpointer:
                         self.directory, reason)
     if failures:
       raise Unrestorable(
-          f"{self.directory} holds {len(failures)} checkpoint(s) and none can be restored into this run ("
-          + "; ".join(f"step {s}: {r}" for s, r in failures) + "). Training does not start over on top of them. "
+          f"{self.directory} holds {len(failures)} checkpoint(s) and none can be restored into this run (" +
+          "; ".join(f"step {s}: {r}" for s, r in failures) + "). Training does not start over on top of them. "
           "Use a new --workdir, or, if these checkpoints are not wanted, move the checkpoints folder away first.")
     return None
 

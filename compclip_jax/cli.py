@@ -32,7 +32,6 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 class _OwnLinesOrWarnings(logging.Filter):
   """Passes WARNING and above from anyone, and INFO from this package (its modules log through the root logger)."""
-
   def filter(self, record: logging.LogRecord) -> bool:
     if record.levelno >= logging.WARNING:
       return True
@@ -83,7 +82,6 @@ def message(e: BaseException) -> str:
 
 def guard(main):
   """`main(argv)` with user errors turned into one stderr message and an exit code (see the module docstring)."""
-
   @functools.wraps(main)
   def guarded(argv):
     try:

@@ -31,10 +31,11 @@ def convert(src: str, dst: str, to: str, model_name: str | None = None, activati
   model, tokenizer, preprocess = load_clip(src, model_name=model_name, activation=activation)
   n = sum(v.size for v in flat_params(model).values())
   cfg = model.cfg
-  print(f"      {n:,} parameters; text {cfg.text.layers}×{cfg.text.width} ({cfg.text.act}), vision "
-        f"{cfg.vision.layers}×{cfg.vision.width} patch {cfg.vision.patch_size} @ {cfg.vision.image_size}px, embed "
-        f"{cfg.embed_dim}; tokenizer: {tokenizer.backend if tokenizer else 'none (see the warning above)'} "
-        f"({time.perf_counter() - t0:.1f} s)", file=out, flush=True)
+  print(
+      f"      {n:,} parameters; text {cfg.text.layers}×{cfg.text.width} ({cfg.text.act}), vision "
+      f"{cfg.vision.layers}×{cfg.vision.width} patch {cfg.vision.patch_size} @ {cfg.vision.image_size}px, embed "
+      f"{cfg.embed_dim}; tokenizer: {tokenizer.backend if tokenizer else 'none (see the warning above)'} "
+      f"({time.perf_counter() - t0:.1f} s)", file=out, flush=True)
   t1 = time.perf_counter()
   print(f"[2/2] writing {to} to {dst} …", file=out, flush=True)
   written = save_clip(model, dst, format=to, tokenizer=tokenizer, preprocess=preprocess)
@@ -52,8 +53,9 @@ def _define_flags() -> dict:
                                  required=True),
       "dst": flags.DEFINE_string("dst", None, "Where to write.", required=True),
       "to": flags.DEFINE_enum("to", None, FORMATS, "Output format.", required=True),
-      "model_name": flags.DEFINE_string("model_name", None, "open_clip model name for --src state dicts whose "
-                                        "architecture is not recorded (e.g. ViT-B-32-quickgelu)."),
+      "model_name": flags.DEFINE_string(
+          "model_name", None, "open_clip model name for --src state dicts whose "
+          "architecture is not recorded (e.g. ViT-B-32-quickgelu)."),
       "activation": flags.DEFINE_enum("activation", None, ["quick_gelu", "gelu"], "Activation of an open_clip --src."),
   }
 

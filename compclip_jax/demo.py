@@ -38,13 +38,13 @@ from compclip_jax import config_files, methods, synthetic, train
 from compclip_jax.metrics import tag as metric_tag
 
 # (benchmark, metric, label) rows of the report
-REPORT_ROWS = (
-    [("sugarcrepe", s, f"SugarCrepe {s}") for s in ("replace_att", "replace_obj", "replace_rel", "swap_att",
-                                                    "swap_obj", "add_att", "add_obj")] +
-    [("sugarcrepe", "replace", "SugarCrepe replace (mean)"), ("sugarcrepe", "swap", "SugarCrepe swap (mean)")] +
-    [("sugarcrepe_pp", f"{g}/itt", f"SugarCrepe++ {g} ITT") for g in ("replace", "swap")] +
-    [("coco_retrieval", f"{d}_retrieval_recall@{k}", f"retrieval {d} R@{k}") for d in ("image", "text")
-     for k in (1, 5)])
+REPORT_ROWS = ([("sugarcrepe", s, f"SugarCrepe {s}")
+                for s in ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj", "add_att", "add_obj")] +
+               [("sugarcrepe", "replace", "SugarCrepe replace (mean)"),
+                ("sugarcrepe", "swap", "SugarCrepe swap (mean)")] +
+               [("sugarcrepe_pp", f"{g}/itt", f"SugarCrepe++ {g} ITT") for g in ("replace", "swap")] +
+               [("coco_retrieval", f"{d}_retrieval_recall@{k}", f"retrieval {d} R@{k}") for d in ("image", "text")
+                for k in (1, 5)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,8 +240,10 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 def summary_table(cols: dict, seeds: list[int]) -> str:
   names = list(cols)
   seeds_ = ", ".join(map(str, seeds))
-  lines = [f"| held-out benchmark (%), mean ± std over seeds {seeds_} | " + " | ".join(names) + " |",
-           "|---|" + "---|" * len(names)]
+  lines = [
+      f"| held-out benchmark (%), mean ± std over seeds {seeds_} | " + " | ".join(names) + " |",
+      "|---|" + "---|" * len(names)
+  ]
   for label in cols[names[0]]:
     cells = ["{:.1f} ± {:.1f}".format(*_mean_std(cols[n][label])) if label in cols[n] else "–" for n in names]
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -250,7 +252,6 @@ def summary_table(cols: dict, seeds: list[int]) -> str:
 
 PAIRED_ROWS = ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT", "SugarCrepe replace (mean)", "retrieval image R@5",
                "retrieval text R@5")
-
 
 # each method's control: plain contrastive fine-tuning of what the method trains
 CONTROL_OF = {"clic": "clip", "negclip": "clip", "read": "clip_all"}
@@ -261,8 +262,10 @@ def paired_table(cols: dict, pairs: list[tuple[str, str]] | None = None,
   """Per-seed differences (name − baseline) for each (name, baseline) pair, mean ± std over seeds, in percentage
   points; default pairs: every column against "pretrained"."""
   pairs = pairs or [(n, "pretrained") for n in cols if n != "pretrained"]
-  lines = [f"| {title} (points), mean ± std over seeds | " + " | ".join(PAIRED_ROWS) + " |",
-           "|---|" + "---|" * len(PAIRED_ROWS)]
+  lines = [
+      f"| {title} (points), mean ± std over seeds | " + " | ".join(PAIRED_ROWS) + " |",
+      "|---|" + "---|" * len(PAIRED_ROWS)
+  ]
   for name, base in pairs:
     cells = ["{:+.1f} ± {:.1f}".format(*_mean_std(np.subtract(cols[name][r], cols[base][r]))) for r in PAIRED_ROWS]
     label = name if base == "pretrained" else f"{name} − {base}"
@@ -360,9 +363,10 @@ def main(argv=None) -> None:
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--method", help="one demo: clic, read, negclip, clip, clic_read (or clip_all); default: a sweep")
   ap.add_argument("--seed", type=int, default=0, help="with --method: the seed of the world, pretraining and run")
-  ap.add_argument("--methods", default=",".join(SWEEP_METHODS),
-                  help="sweep: comma-separated methods, and the controls clip (plain contrastive fine-tuning of the "
-                  "text side) and clip_all (of all of CLIP)")
+  ap.add_argument(
+      "--methods", default=",".join(SWEEP_METHODS),
+      help="sweep: comma-separated methods, and the controls clip (plain contrastive fine-tuning of the "
+      "text side) and clip_all (of all of CLIP)")
   ap.add_argument("--seeds", default="0,1,2", help="sweep: comma-separated integers")
   parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "float": float, "str": str}
   for f in dataclasses.fields(DemoOptions):  # annotations are strings here (from __future__ import annotations)

@@ -24,20 +24,24 @@ from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.evaluators.run import run_benchmarks
 
 _MODEL = flags.DEFINE_string("model", None, "Checkpoint load_clip reads (HF dir, open_clip file, compclip dir).")
-_BENCH = flags.DEFINE_list("benchmark", ["all"], f"Comma list of {sorted(registry.BENCHMARKS)}, "
-                           f"{registry.ZEROSHOT_PREFIX}<dataset>, or all.")
+_BENCH = flags.DEFINE_list(
+    "benchmark", ["all"], f"Comma list of {sorted(registry.BENCHMARKS)}, "
+    f"{registry.ZEROSHOT_PREFIX}<dataset>, or all.")
 _DATA = flags.DEFINE_string("data_dir", None, "Folder of benchmark annotation folders.")
 _IMAGES = flags.DEFINE_string("image_dir", None, "Folder of images.")
 _OUTPUT = flags.DEFINE_string("output", None, "Output folder: clip_benchmark JSON files + results.md.")
 _TIE = flags.DEFINE_enum("tie", "strict", list(scorers.TIES), "A tie counts as wrong (strict) or right (lenient).")
 _BATCH = flags.DEFINE_integer("batch_size", 256, "Encoding batch size.")
-_MODEL_NAME = flags.DEFINE_string("model_name", None, "open_clip model name for state dicts (e.g. ViT-B-32-quickgelu); "
-                                  "also the `model` of the clip_benchmark records.")
-_LABEL = flags.DEFINE_string("model_label", None, "`model` in the clip_benchmark records (default: --model_name, else "
-                             "the checkpoint folder's name).")
+_MODEL_NAME = flags.DEFINE_string(
+    "model_name", None, "open_clip model name for state dicts (e.g. ViT-B-32-quickgelu); "
+    "also the `model` of the clip_benchmark records.")
+_LABEL = flags.DEFINE_string(
+    "model_label", None, "`model` in the clip_benchmark records (default: --model_name, else "
+    "the checkpoint folder's name).")
 _ACT = flags.DEFINE_enum("activation", None, ["quick_gelu", "gelu"], "Activation of an open_clip state dict.")
-_CACHE = flags.DEFINE_string("cache_dir", None, "Where generated ARO order negatives are kept (default: beside "
-                             "the annotations, else ~/.cache/compclip_jax).")
+_CACHE = flags.DEFINE_string(
+    "cache_dir", None, "Where generated ARO order negatives are kept (default: beside "
+    "the annotations, else ~/.cache/compclip_jax).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated ARO order negatives.")
 
 
@@ -54,8 +58,8 @@ def main(argv):
   model, tokenizer, preprocess = load_clip(_MODEL.value, model_name=_MODEL_NAME.value, activation=_ACT.value)
   if tokenizer is None:
     raise app.UsageError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary")
-  results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value, _IMAGES.value,
-                           _TIE.value, _CACHE.value, _SEED.value)
+  results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value, _IMAGES.value, _TIE.value,
+                           _CACHE.value, _SEED.value)
   print(output.markdown(results))
   out_dir = _OUTPUT.value[:-len(".json")] if _OUTPUT.value.endswith(".json") else _OUTPUT.value
   label = _LABEL.value or _MODEL_NAME.value or os.path.basename(os.path.abspath(_MODEL.value))

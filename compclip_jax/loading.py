@@ -68,8 +68,8 @@ def read_checkpoint(path: str, model_name: str | None = None,
 
 def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
   return clip_config.CLIPConfig(text=clip_config.TextConfig(**d["text"]),
-                                vision=clip_config.VisionConfig(**d["vision"]),
-                                embed_dim=d["embed_dim"], logit_scale_init=d["logit_scale_init"])
+                                vision=clip_config.VisionConfig(**d["vision"]), embed_dim=d["embed_dim"],
+                                logit_scale_init=d["logit_scale_init"])
 
 
 def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPTokenizer | None:
@@ -77,8 +77,9 @@ def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPToke
   if CLIPTokenizer.has_files(directory):
     return CLIPTokenizer.from_dir(directory, cfg.text.context_length)
   if cfg.text.vocab_size != 49408:
-    logging.warning("%s: vocab size %d is not OpenAI's 49408 and no tokenizer files (tokenizer.json or vocab.json + "
-                    "merges.txt) are beside the weights; returning no tokenizer", path, cfg.text.vocab_size)
+    logging.warning(
+        "%s: vocab size %d is not OpenAI's 49408 and no tokenizer files (tokenizer.json or vocab.json + "
+        "merges.txt) are beside the weights; returning no tokenizer", path, cfg.text.vocab_size)
     return None
   # open_clip pads with 0; HF pads with its pad token. Either way pooling finds the first EOT (METHODS §4).
   return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
@@ -149,8 +150,11 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
     files.write_safetensors(open_clip.export(cfg, flat), target)
     side = os.path.join(directory, "open_clip_config.json")
     with open(side, "w") as f:
-      json.dump({**open_clip.open_clip_config(cfg), "preprocess_cfg": {"mean": list(preprocess.mean),
-                                                                        "std": list(preprocess.std)}}, f, indent=2)
+      json.dump(
+          {
+              **open_clip.open_clip_config(cfg), "preprocess_cfg":
+                  {"mean": list(preprocess.mean), "std": list(preprocess.std)}
+          }, f, indent=2)
     written = [target, side]
   else:
     directory = out_path
@@ -174,8 +178,10 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
   elif tokenizer is not None and format != "open_clip":  # open_clip brings its own tokenizer
     merges = _builtin_merges(tokenizer)
     if merges is not None:
-      written += [os.path.join(directory, f) for f in
-                  hf_tokenizer.write_files(directory, merges, tokenizer.context_length, tokenizer.pad_id)]
+      written += [
+          os.path.join(directory, f)
+          for f in hf_tokenizer.write_files(directory, merges, tokenizer.context_length, tokenizer.pad_id)
+      ]
   return written
 
 
@@ -190,8 +196,8 @@ def _builtin_merges(tokenizer: CLIPTokenizer) -> list[str] | None:
   return None
 
 
-def load_t5_decoder_params(directory: str, dtypes: DTypes = DTypes(), tokenizer: str | None = None
-                           ) -> tuple[T5Config, dict[str, np.ndarray], T5Tokenizer | None]:
+def load_t5_decoder_params(directory: str, dtypes: DTypes = DTypes(),
+                           tokenizer: str | None = None) -> tuple[T5Config, dict[str, np.ndarray], T5Tokenizer | None]:
   """(config, our flat params as numpy, tokenizer) of the frozen READ decoder in an HF T5 v1.1 directory (decoder,
   shared embedding, lm_head; the encoder is read past), nothing on a device yet (METHODS §2.1).
 

@@ -48,7 +48,7 @@ def clic_loss(img: Array, txt: Array, neg_valid: Array, scale: Array, w_cont: fl
   L = w_cont·L_cont + w_sneg·L_S-Neg + w_uni·L_Uni (0.5, 0.5, 1.0; w_uni = 0 for the single-image ablation).
   """
   b = img.shape[0]
-  pos = txt[: 4 * b].reshape(4, b, -1)  # [4, B, D]
+  pos = txt[:4 * b].reshape(4, b, -1)  # [4, B, D]
   negs = txt[4 * b:]  # [B, D]
   logits = scale * jnp.einsum("id,ktd->kit", img, pos)  # [4, B, B]: the one image × positive-text product
   labels = jnp.arange(b)
@@ -60,14 +60,15 @@ def clic_loss(img: Array, txt: Array, neg_valid: Array, scale: Array, w_cont: fl
   l_sneg = _masked_mean(jax.nn.softplus(neg_sim[None] - pos_sim), jnp.broadcast_to(neg_valid[None], pos_sim.shape))
   l_uni = jnp.mean(jnp.sum(jnp.square(pos[0] - pos[1]), axis=-1))
   loss = w_cont * l_cont + w_sneg * l_sneg + w_uni * l_uni
-  return loss, {"loss": loss, "clic/cont": l_cont, "clic/sneg": l_sneg, "clic/uni": l_uni,
-                "clic/acc_i2t": _accuracy(logits[0]),
-                "clic/neg_acc": _masked_mean(pos_sim[0] > neg_sim, neg_valid),
-                "clic/neg_valid_frac": jnp.mean(neg_valid.astype(jnp.float32))}
+  return loss, {
+      "loss": loss, "clic/cont": l_cont, "clic/sneg": l_sneg, "clic/uni": l_uni, "clic/acc_i2t": _accuracy(logits[0]),
+      "clic/neg_acc": _masked_mean(pos_sim[0] > neg_sim, neg_valid),
+      "clic/neg_valid_frac": jnp.mean(neg_valid.astype(jnp.float32))
+  }
 
 
-def hard_negative_contrastive(img: Array, pos: Array, negs: Array, neg_valid: Array, scale: Array) -> tuple[Array,
-                                                                                                             dict]:
+def hard_negative_contrastive(img: Array, pos: Array, negs: Array, neg_valid: Array,
+                              scale: Array) -> tuple[Array, dict]:
   """NegCLIP (METHODS §1.5) and READ's L_con (§2.3): i2t = CE of each image over [B positives; K·B negatives]
   (invalid negatives masked out of the denominator), t2i = CE of each positive over the B images; ½(i2t + t2i).
 
@@ -82,8 +83,10 @@ def hard_negative_contrastive(img: Array, pos: Array, negs: Array, neg_valid: Ar
   t2i = cross_entropy(logits[:, :b].T, labels).mean()
   loss = 0.5 * (i2t + t2i)
   neg_sim = jnp.einsum("bd,kbd->bk", img, negs) * scale
-  return loss, {"loss": loss, "con/i2t": i2t, "con/t2i": t2i, "con/acc_i2t": _accuracy(logits[:, :b]),
-                "con/neg_acc": _masked_mean(jnp.diagonal(logits)[:, None] > neg_sim, neg_valid)}
+  return loss, {
+      "loss": loss, "con/i2t": i2t, "con/t2i": t2i, "con/acc_i2t": _accuracy(logits[:, :b]),
+      "con/neg_acc": _masked_mean(jnp.diagonal(logits)[:, None] > neg_sim, neg_valid)
+  }
 
 
 def token_reconstruction(logits: Array, targets: Array, pad_id: int = 0) -> Array:
@@ -109,9 +112,9 @@ def sentence_alignment(para: Array, orig: Array, scale: Array, direction: str = 
   return {"para_to_orig": p2o, "orig_to_para": o2p, "both": 0.5 * (p2o + o2p)}[direction]
 
 
-def read_loss(img: Array, txt: Array, neg_valid: Array, para: Array, dec_logits: Array, targets: Array,
-              scale: Array, w_rec: float = 0.1, w_align: float = 0.5, align_direction: str = "para_to_orig",
-              pad_id: int = 0, w_con: float = 1.0) -> tuple[Array, dict]:
+def read_loss(img: Array, txt: Array, neg_valid: Array, para: Array, dec_logits: Array, targets: Array, scale: Array,
+              w_rec: float = 0.1, w_align: float = 0.5, align_direction: str = "para_to_orig", pad_id: int = 0,
+              w_con: float = 1.0) -> tuple[Array, dict]:
   """L_READ = L_con + 0.1·L_rec + 0.5·L_align (METHODS §2.3). `w_con` (1 in READ) lets the synthetic-world demo
   train the decoder alone (w_con = w_align = 0).
 

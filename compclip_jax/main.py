@@ -30,10 +30,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and export
 _COORD = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process runs off TPU).")
 _NPROC = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process runs off TPU).")
 _PID = flags.DEFINE_integer("process_id", None, "This process's id (multi-process runs off TPU).")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() with no arguments (TPU "
-                                 "pods, SLURM): the cluster is auto-detected.")
-_ALLOW = flags.DEFINE_list("allow_config_change", [], "Config keys (or dotted prefixes) whose change from the "
-                           "workdir's recorded run is accepted on resume, e.g. total_steps,optim.lr.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Call jax.distributed.initialize() with no arguments (TPU "
+    "pods, SLURM): the cluster is auto-detected.")
+_ALLOW = flags.DEFINE_list(
+    "allow_config_change", [], "Config keys (or dotted prefixes) whose change from the "
+    "workdir's recorded run is accepted on resume, e.g. total_steps,optim.lr.")
 
 
 def main(argv):
@@ -42,9 +44,10 @@ def main(argv):
   spec = config_flags.get_config_filename(flags.FLAGS["config"])
   if spec.endswith(":demo"):  # the demo pretrains the model its fine-tuning starts from: its own entry point
     name = os.path.basename(spec.rpartition(":")[0]).removesuffix(".py")
-    print(f"error: the demo is its own command: python -m compclip_jax.demo --method={name} --workdir="
-          f"{_WORKDIR.value} (configs/{name}.py:demo is its fine-tuning step, which starts from the model the demo "
-          "pretrains)", file=sys.stderr)
+    print(
+        f"error: the demo is its own command: python -m compclip_jax.demo --method={name} --workdir="
+        f"{_WORKDIR.value} (configs/{name}.py:demo is its fine-tuning step, which starts from the model the demo "
+        "pretrains)", file=sys.stderr)
     sys.exit(cli.EXIT_USER_ERROR)
   cli.quiet_logging(cli.verbosity_given())  # before jax starts its backends (their C++ logs read the environment)
   if _NPROC.value and _NPROC.value > 1:

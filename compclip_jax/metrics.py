@@ -76,7 +76,6 @@ class MetricWriter:
   `console_terms`: the loss terms the console line shows besides `loss` and `loss/<kind>` — metric `x/<term>` for
   each (the method's `console_terms`, e.g. cont, sneg, uni → clic/cont, clic/sneg, clic/uni).
   """
-
   def __init__(self, workdir: str, total_steps: int, global_batch: int, flops_per_step: float | None = None,
                peak_flops: float | None = None, start_step: int = 0, hparams: dict | None = None,
                console_terms: tuple[str, ...] = ()):
@@ -91,8 +90,9 @@ class MetricWriter:
       path = os.path.join(workdir, "metrics.jsonl")
       dropped = _truncate_after(path, start_step)
       if dropped:
-        logging.warning("metrics.jsonl: %d line(s) past step %d (from before the restart) moved to "
-                        "metrics.dropped.jsonl", dropped, start_step)
+        logging.warning(
+            "metrics.jsonl: %d line(s) past step %d (from before the restart) moved to "
+            "metrics.dropped.jsonl", dropped, start_step)
       self._jsonl = open(path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
       if start_step:
         self._jsonl.write(json.dumps({"step": start_step, "event": "resumed", "dropped": dropped}) + "\n")
@@ -116,8 +116,7 @@ class MetricWriter:
 
     `rate=False` for writes that are not training progress (evaluations): they do not move the throughput clock.
     """
-    values = {tag(k): float(np.asarray(v)) if np.ndim(v) == 0 else np.asarray(v).tolist()
-              for k, v in metrics.items()}
+    values = {tag(k): float(np.asarray(v)) if np.ndim(v) == 0 else np.asarray(v).tolist() for k, v in metrics.items()}
     self.check_finite(step, values)
     now = time.perf_counter()
     if not rate:
@@ -152,8 +151,10 @@ class MetricWriter:
 
   def line(self, step: int, v: dict) -> str:
     parts = [f"step {step}/{self.total}"]
-    parts += [f"{k} {v[k]:.4f}" for k in sorted(v) if k == "loss" or k.startswith("loss/") or "/" in k and
-              k.split("/")[1] in self.console_terms]
+    parts += [
+        f"{k} {v[k]:.4f}" for k in sorted(v)
+        if k == "loss" or k.startswith("loss/") or "/" in k and k.split("/")[1] in self.console_terms
+    ]
     if "lr" in v:
       parts.append(f"lr {v['lr']:.2e}")
     if "samples_per_s" in v:

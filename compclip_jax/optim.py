@@ -47,9 +47,10 @@ def clic_schedule(total_steps: int, peak: float = 1e-6, start: float = 1e-7, end
                   warmup_frac: float = 0.2) -> optax.Schedule:
   """METHODS §1.4: linear warm-up start → peak over the first 20 % of optimiser steps, then cosine to `end`."""
   warmup = max(1, int(round(warmup_frac * total_steps)))
-  return optax.join_schedules(
-      [optax.linear_schedule(start, peak, warmup),
-       optax.cosine_decay_schedule(peak, max(1, total_steps - warmup), alpha=end / peak)], [warmup])
+  return optax.join_schedules([
+      optax.linear_schedule(start, peak, warmup),
+      optax.cosine_decay_schedule(peak, max(1, total_steps - warmup), alpha=end / peak)
+  ], [warmup])
 
 
 def read_schedule(total_steps: int, peak: float = 1e-5, warmup_steps: int = 50) -> optax.Schedule:
@@ -74,8 +75,7 @@ def make_optimizer(schedule: optax.Schedule, decay_mask, cfg) -> optax.GradientT
   `decay_mask`: a pytree of bools over the trainable parameters (True → weight decay).
   """
   chain = [optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip else []
-  chain.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay,
-                           mask=decay_mask))
+  chain.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask))
   return optax.chain(*chain)
 
 

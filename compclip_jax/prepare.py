@@ -47,13 +47,16 @@ _SHARD = flags.DEFINE_integer("shard_size", 2000, "Records per ArrayRecord shard
 _WORKERS = flags.DEFINE_integer("workers", max(1, (os.cpu_count() or 2) - 1), "Parallel worker processes.")
 _FORMAT = flags.DEFINE_enum("image_format", "PNG", ["PNG", "JPEG"], "PNG is lossless (bit-exact pixels); JPEG "
                             "(q95) is smaller.")
-_ALPHA = flags.DEFINE_bool("alpha_premultiplied_resize", None, "Resize images with transparency with their alpha "
-                           "(PIL premultiplies; data.alpha_premultiplied_resize). Default: on for --csv (CLIC "
-                           "reference), off for --coco_json (READ's reference drops alpha first).")
-_ANY_FORMAT = flags.DEFINE_bool("any_image_format", False, "--csv: keep rows whose image path does not end in "
-                                ".png/.jpg/.jpeg (the reference skips them; data.any_image_format).")
-_REBUILD = flags.DEFINE_bool("rebuild", False, "--out holds a prepared dataset of other inputs or options: delete "
-                             "the files prepare wrote there and start again.")
+_ALPHA = flags.DEFINE_bool(
+    "alpha_premultiplied_resize", None, "Resize images with transparency with their alpha "
+    "(PIL premultiplies; data.alpha_premultiplied_resize). Default: on for --csv (CLIC "
+    "reference), off for --coco_json (READ's reference drops alpha first).")
+_ANY_FORMAT = flags.DEFINE_bool(
+    "any_image_format", False, "--csv: keep rows whose image path does not end in "
+    ".png/.jpg/.jpeg (the reference skips them; data.any_image_format).")
+_REBUILD = flags.DEFINE_bool(
+    "rebuild", False, "--out holds a prepared dataset of other inputs or options: delete "
+    "the files prepare wrote there and start again.")
 
 MANIFEST = "manifest.json"
 # Every file prepare writes into --out (and their temp files): what --rebuild may delete, and nothing else.
@@ -92,12 +95,12 @@ def manifest(source, image_size: int, image_format: str, shard_size: int, alpha_
   """Everything that shapes the prepared output: the source (its kind, files, image root, rows after reading),
   `inputs` (further files, e.g. paraphrases), `options` (source options, e.g. splits), and prepare's own options."""
   files = [getattr(source, "path", "")] + list(inputs)
-  return {"format": PREPARED_FORMAT, "source": type(source).__name__,
-          "files": [_file_identity(p) for p in files if p],
-          "image_root": os.path.abspath(getattr(source, "image_root", "") or "."), "rows": len(source),
-          "options": dict(options or {}), "image_size": image_size, "image_format": image_format,
-          "shard_size": shard_size, "alpha_premultiplied_resize": alpha_premultiplied_resize,
-          "pos_pipeline": pos_pipeline}
+  return {
+      "format": PREPARED_FORMAT, "source": type(source).__name__, "files": [_file_identity(p) for p in files if p],
+      "image_root": os.path.abspath(getattr(source, "image_root", "") or "."), "rows": len(source),
+      "options": dict(options or {}), "image_size": image_size, "image_format": image_format, "shard_size": shard_size,
+      "alpha_premultiplied_resize": alpha_premultiplied_resize, "pos_pipeline": pos_pipeline
+  }
 
 
 def _flat(d, prefix: str = "") -> dict:
@@ -111,8 +114,9 @@ def _flat(d, prefix: str = "") -> dict:
 def manifest_differences(old: dict, new: dict) -> list[str]:
   """"key: old → new" for every value that differs (dotted keys, e.g. "files.0.mtime_ns")."""
   a, b = _flat(old), _flat(new)
-  return [f"{k}: {a.get(k, '(none)')!r} → {b.get(k, '(none)')!r}" for k in sorted(set(a) | set(b))
-          if a.get(k) != b.get(k)]
+  return [
+      f"{k}: {a.get(k, '(none)')!r} → {b.get(k, '(none)')!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+  ]
 
 
 def _own_files(out: str) -> list[str]:
@@ -170,9 +174,10 @@ def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_f
       skipped.append({"id": row["id"], "reason": e.reason, "detail": e.detail})
       continue
     w, h = rec["image"].size
-    writer.write(encode_record(row["id"], row["sentences"], half_image(rec, image_size, alpha_premultiplied_resize),
-                               pre.resize_crop(rec["image"], alpha_premultiplied_resize), analysis,
-                               row.get("paraphrases", ()), image_format))
+    writer.write(
+        encode_record(row["id"], row["sentences"], half_image(rec, image_size, alpha_premultiplied_resize),
+                      pre.resize_crop(rec["image"], alpha_premultiplied_resize), analysis, row.get("paraphrases", ()),
+                      image_format))
     wide.append(int(w >= h))
   writer.close()
   os.replace(path + ".tmp", path)
@@ -198,8 +203,8 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
   if shard_size < 1:
     raise PrepareError(f"--shard_size must be ≥ 1, got {shard_size}")
   tagger = SpacyTagger()
-  want = manifest(source, image_size, image_format, shard_size, alpha_premultiplied_resize, tagger.identity(),
-                  inputs, options)
+  want = manifest(source, image_size, image_format, shard_size, alpha_premultiplied_resize, tagger.identity(), inputs,
+                  options)
   os.makedirs(out, exist_ok=True)
   _check_or_clear(out, want, rebuild)
   _write_json(os.path.join(out, MANIFEST), want, indent=2)
@@ -249,10 +254,12 @@ def _finish(source, out: str, n_shards: int, want: dict) -> dict:
   for s in skipped:
     reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
   # "parsed": noun chunks present (always, since the POS pipeline has the parser); kept for readers that check it
-  meta = {"complete": True, "format": want["format"], "source": getattr(source, "path", ""), "records": len(wide),
-          "shards": shards, "image_size": want["image_size"], "image_format": want["image_format"], "parsed": True,
-          "pos_pipeline": want["pos_pipeline"], "alpha_premultiplied_resize": want["alpha_premultiplied_resize"],
-          "skipped": reasons, "manifest": want}
+  meta = {
+      "complete": True, "format": want["format"], "source": getattr(source, "path", ""), "records": len(wide),
+      "shards": shards, "image_size": want["image_size"], "image_format": want["image_format"], "parsed": True,
+      "pos_pipeline": want["pos_pipeline"], "alpha_premultiplied_resize": want["alpha_premultiplied_resize"],
+      "skipped": reasons, "manifest": want
+  }
   _write_json(os.path.join(out, PREPARED_META), meta, indent=2)  # last: its presence means "finished"
   return meta
 

@@ -24,10 +24,20 @@ RUN_FILE, CONFIG_FILE, LOCK_FILE = "run.json", "config.json", "lock.json"
 FORMAT = 1
 # Config values that do not change what is trained (logging, evaluation, checkpoint cadence, export, layout, speed):
 # they may differ between starts of one run. Prefixes match dotted keys.
-NEUTRAL = ("log_every", "peak_flops", "evals.", "checkpoint.", "export.", "data.num_workers", "data.max_skip_fraction",
-           "data.trim_tokens", "mesh.", "model.remat_text", "model.remat_policy",
-           # represented by the resolved values of the fingerprint (total_steps) or there under the same name
-           "num_epochs")
+NEUTRAL = (
+    "log_every",
+    "peak_flops",
+    "evals.",
+    "checkpoint.",
+    "export.",
+    "data.num_workers",
+    "data.max_skip_fraction",
+    "data.trim_tokens",
+    "mesh.",
+    "model.remat_text",
+    "model.remat_policy",
+    # represented by the resolved values of the fingerprint (total_steps) or there under the same name
+    "num_epochs")
 # Differences no checkpoint can continue with: another model, another optimiser state tree, other data pipelines.
 FIXED = ("method", "model.params", "optim.trainable_set", "clip_every")
 STALE_S = 15 * 60  # a lock from another host whose heartbeat is older than this is abandoned
@@ -64,8 +74,10 @@ def file_identity(path: str) -> dict | None:
       rel = os.path.relpath(os.path.join(root, name), path)
       h.update(f"{rel}\0{st.st_size}\0{st.st_mtime:.3f}\n".encode())
       count, size, newest = count + 1, size + st.st_size, max(newest, st.st_mtime)
-  return {"path": os.path.abspath(path), "files": count, "size": size, "mtime": round(newest, 3),
-          "digest": h.hexdigest()[:16]}
+  return {
+      "path": os.path.abspath(path), "files": count, "size": size, "mtime": round(newest, 3), "digest": h.hexdigest()
+                                                                                                        [:16]
+  }
 
 
 def _digest(obj) -> str:
@@ -87,8 +99,7 @@ def _jsonable(x):
   return json.loads(json.dumps(x, default=str))
 
 
-def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_records: int,
-             total_steps: int) -> dict:
+def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_records: int, total_steps: int) -> dict:
   """The flat {key: value} that identifies a run.
 
   config: `ConfigDict.to_dict()`; param_shapes: {dotted path: (shape, dtype)} of every parameter, frozen ones too;
@@ -97,8 +108,8 @@ def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_rec
   flat = {k: v for k, v in _flatten(config).items() if not k.startswith(NEUTRAL)}
   c = config
   flat["total_steps"] = int(total_steps)
-  flat["model.params"] = {"count": len(param_shapes), "digest": _digest(
-      {k: [list(s), str(d)] for k, (s, d) in sorted(param_shapes.items())})}
+  shapes = {k: [list(s), str(d)] for k, (s, d) in sorted(param_shapes.items())}
+  flat["model.params"] = {"count": len(param_shapes), "digest": _digest(shapes)}
   flat["optim.trainable_set"] = {"count": len(trainable), "digest": _digest(sorted(trainable))}
   flat["model.init_files"] = file_identity(c["model"]["init"])
   flat["t5.init_files"] = file_identity(c["t5"]["init"])
@@ -136,10 +147,13 @@ def check(diffs: list, allow: tuple[str, ...], workdir: str) -> list:
   refused = [d for d in diffs if not _allowed(d[0], allow) or d[0] in FIXED]
   if not refused:
     return diffs
-  lines = [f"{workdir} holds another run: {len(diffs)} difference(s) from what it was started with "
-           f"({os.path.join(workdir, RUN_FILE)}):"]
-  lines += [f"  {k}: was {_show(a)}, now {_show(b)}" + ("  [cannot be continued]" if k in FIXED else "")
-            for k, a, b in diffs]
+  lines = [
+      f"{workdir} holds another run: {len(diffs)} difference(s) from what it was started with "
+      f"({os.path.join(workdir, RUN_FILE)}):"
+  ]
+  lines += [
+      f"  {k}: was {_show(a)}, now {_show(b)}" + ("  [cannot be continued]" if k in FIXED else "") for k, a, b in diffs
+  ]
   lines.append("Nothing was changed in the workdir. Ways out:")
   lines.append("  - start this config in a new --workdir (the old run stays as it is);")
   if not fixed:
@@ -172,11 +186,13 @@ def record(workdir: str, identity: dict, config_json: str, previous: dict | None
   """Writes run.json (identity, history of accepted changes) and config.json (the config of this start)."""
   history = list((previous or {}).get("changes", []))
   if changes:
-    history.append({"at_step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "changed": {k: [a, b] for k, a, b in changes}})
-  _write_json(os.path.join(workdir, RUN_FILE), {
-      "format": FORMAT, "created": (previous or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
-      "identity": identity, "changes": history})
+    history.append(
+        {"at_step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": {k: [a, b] for k, a, b in changes}})
+  _write_json(
+      os.path.join(workdir, RUN_FILE), {
+          "format": FORMAT, "created": (previous or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
+          "identity": identity, "changes": history
+      })
   tmp = os.path.join(workdir, f"{CONFIG_FILE}.tmp.{os.getpid()}")
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(config_json + "\n")
@@ -192,8 +208,10 @@ def check_writable(workdir: str) -> None:
       f.write("ok")
     os.remove(probe)
   except OSError as e:
-    what = {errno.EROFS: "is on a read-only file system", errno.EACCES: "is not writable by this user",
-            errno.EPERM: "is not writable by this user"}.get(e.errno, f"cannot be written ({e.strerror})")
+    what = {
+        errno.EROFS: "is on a read-only file system", errno.EACCES: "is not writable by this user",
+        errno.EPERM: "is not writable by this user"
+    }.get(e.errno, f"cannot be written ({e.strerror})")
     raise WorkdirError(f"workdir {workdir} {what}: give a --workdir this user can write to") from None
 
 
@@ -210,7 +228,6 @@ def _alive(pid: int) -> bool:
 
 class Lock:
   """`<workdir>/lock.json` held by the training process (process 0 of a multi-process run)."""
-
   def __init__(self, workdir: str):
     self.path = os.path.join(workdir, LOCK_FILE)
     self.held = False
@@ -242,8 +259,8 @@ class Lock:
           f"{os.path.dirname(self.path)} is in use: training process {info.get('pid')} on {info.get('host')} "
           f"(started {info.get('started')}) holds {self.path}. Wait for it, stop it (SIGTERM writes a checkpoint), "
           "or use another --workdir; if that process is gone for sure, delete the lock file.")
-    _write_json(self.path, {"pid": os.getpid(), "host": socket.gethostname(),
-                            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    _write_json(self.path,
+                {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     self.held, self._beat = True, time.time()
 
   def heartbeat(self, every_s: float = 60.0) -> None:

@@ -51,6 +51,7 @@ def state_shardings(mesh: Mesh, state, min_size: int = 2 ** 18, rules: Sequence[
       if pat.fullmatch(name):
         return NamedSharding(mesh, spec)
     return NamedSharding(mesh, param_spec(tuple(np.shape(x)), fsdp, min_size))
+
   return jax.tree_util.tree_map_with_path(leaf, state)
 
 

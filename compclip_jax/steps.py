@@ -29,7 +29,6 @@ def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransfor
               norm: tuple, loss_cfg) -> Callable:
   """The (unjitted) step function of `kind`, its images normalised with `norm` = (mean, std); `train.py` jits it
   with shardings and donation."""
-
   def step(state: TrainState, frozen, batch: dict) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
 
@@ -39,8 +38,10 @@ def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransfor
     (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.trainable)
     updates, opt_state = tx.update(grads, state.opt_state, state.trainable)
     trainable = optax.apply_updates(state.trainable, updates)
-    metrics = {**metrics, "lr": schedule(state.step), "grad_norm": optax.global_norm(grads),
-               "param_norm": optax.global_norm(trainable)}
+    metrics = {
+        **metrics, "lr": schedule(state.step), "grad_norm": optax.global_norm(grads),
+        "param_norm": optax.global_norm(trainable)
+    }
     return TrainState(state.step + 1, trainable, opt_state, state.rng), metrics
 
   return step

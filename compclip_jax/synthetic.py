@@ -26,18 +26,23 @@ from PIL import Image, ImageDraw
 
 # Few colours on purpose: with many, colour alone tells the images of a batch apart and plain contrastive training
 # never learns shapes (nor, then, which colour goes with which shape).
-COLORS = {"red": (220, 40, 40), "blue": (40, 70, 220), "green": (40, 170, 60), "yellow": (235, 210, 40),
-          "white": (245, 245, 245)}
+COLORS = {
+    "red": (220, 40, 40), "blue": (40, 70, 220), "green": (40, 170, 60), "yellow": (235, 210, 40),
+    "white": (245, 245, 245)
+}
 SHAPES = ("square", "circle", "triangle", "diamond", "star")
 SIZES = ("small", "large")
 RELATIONS = ("to the left of", "to the right of", "above", "below")
-OPPOSITE = {"to the left of": "to the right of", "to the right of": "to the left of", "above": "below",
-            "below": "above"}
+OPPOSITE = {
+    "to the left of": "to the right of", "to the right of": "to the left of", "above": "below", "below": "above"
+}
 # slot of (first, second) object per relation; slots are regions of the image's central square (what the CLIP
 # transform's centre crop keeps): 0 left, 1 right, 2 top, 3 bottom, 4 centre (a lone object)
 _SLOT_OF = {"to the left of": (0, 1), "to the right of": (1, 0), "above": (2, 3), "below": (3, 2)}
-_SLOTS = {0: (0.03, 0.34, 0.33, 0.64), 1: (0.67, 0.34, 0.97, 0.64), 2: (0.35, 0.03, 0.65, 0.33),
-          3: (0.35, 0.67, 0.65, 0.97), 4: (0.3, 0.3, 0.7, 0.7)}
+_SLOTS = {
+    0: (0.03, 0.34, 0.33, 0.64), 1: (0.67, 0.34, 0.97, 0.64), 2: (0.35, 0.03, 0.65, 0.33), 3: (0.35, 0.67, 0.65, 0.97),
+    4: (0.3, 0.3, 0.7, 0.7)
+}
 NUM_OBJECTS_P = (0.15, 0.6, 0.25)  # P(1, 2, 3 objects) in training scenes
 HELD_OUT_FRACTION = 0.2
 
@@ -50,8 +55,9 @@ def pairing_key(o1, o2) -> tuple:
 
 def held_out_pairings(seed: int = 0) -> frozenset:
   """The fixed held-out pairing keys (a fraction HELD_OUT_FRACTION of all), shared by the world and its benchmarks."""
-  keys = [(cs, ss) for cs in itertools.combinations(COLORS, 2)
-          for ss in itertools.combinations_with_replacement(SHAPES, 2)]
+  keys = [
+      (cs, ss) for cs in itertools.combinations(COLORS, 2) for ss in itertools.combinations_with_replacement(SHAPES, 2)
+  ]
   rng = np.random.default_rng(seed)
   pick = rng.choice(len(keys), int(round(HELD_OUT_FRACTION * len(keys))), replace=False)
   return frozenset(keys[i] for i in pick)
@@ -128,15 +134,20 @@ def phrasings(sc: dict) -> list[str]:
   objs, r = sc["objects"], sc["relation"]
   if len(objs) == 1:
     o = objs[0]
-    return [_np(o), f"there is {_np(o)}", f"{_np(o, True)} on its own", f"a picture of {_np(o)}",
-            f"{_np(o, True)} in the middle", f"only one shape: {_np(o)}"]
+    return [
+        _np(o), f"there is {_np(o)}", f"{_np(o, True)} on its own", f"a picture of {_np(o)}",
+        f"{_np(o, True)} in the middle", f"only one shape: {_np(o)}"
+    ]
   a, b = objs[:2]
-  caps = [f"{_np(a)} {r} {_np(b)}", f"there is {_np(a)} {r} {_np(b)}", f"{_the(a)} is {r} {_the(b)}",
-          f"{_np(a, True)} {r} {_np(b, True)}", f"{_np(b)} {OPPOSITE[r]} {_np(a)}",
-          f"{r} {_np(b)} there is {_np(a)}", f"a picture of {_np(a)} {r} {_np(b)}"]
+  caps = [
+      f"{_np(a)} {r} {_np(b)}", f"there is {_np(a)} {r} {_np(b)}", f"{_the(a)} is {r} {_the(b)}",
+      f"{_np(a, True)} {r} {_np(b, True)}", f"{_np(b)} {OPPOSITE[r]} {_np(a)}", f"{r} {_np(b)} there is {_np(a)}",
+      f"a picture of {_np(a)} {r} {_np(b)}"
+  ]
   if len(objs) == 3:
-    caps = [f"{c}, and {_np(objs[2])}" if k % 2 == 0 else f"{c}, with {_np(objs[2])} nearby"
-            for k, c in enumerate(caps)]
+    caps = [
+        f"{c}, and {_np(objs[2])}" if k % 2 == 0 else f"{c}, with {_np(objs[2])} nearby" for k, c in enumerate(caps)
+    ]
   return caps
 
 
@@ -146,11 +157,15 @@ def captions(sc: dict, rng: np.random.Generator) -> dict:
   order = [int(k) for k in rng.permutation(len(ph))]
   main = ph[order[0]]
   objs = sc["objects"]
-  count = {1: "there is one shape in the picture", 2: "there are two shapes in the picture",
-           3: "there are three shapes in the picture"}[len(objs)]
+  count = {
+      1: "there is one shape in the picture", 2: "there are two shapes in the picture",
+      3: "there are three shapes in the picture"
+  }[len(objs)]
   extra = [f"{_the(o)} is {o[0]}" for o in objs] + [count]
-  return {"main": main, "extra": extra, "coco": [ph[k] for k in order[:5]],
-          "paraphrases": [ph[k] for k in order[5:]] or [ph[order[-1]]]}
+  return {
+      "main": main, "extra": extra, "coco": [ph[k] for k in order[:5]],
+      "paraphrases": [ph[k] for k in order[5:]] or [ph[order[-1]]]
+  }
 
 
 WORLD_MANIFEST, BENCHMARKS_MANIFEST = "world.json", "benchmarks.json"
@@ -180,9 +195,11 @@ def _write_manifest(path: str, record: dict) -> None:
 
 def world_paths(root: str) -> dict:
   """The files of a world under `root` (`write_world` writes them)."""
-  return {"images": os.path.join(root, "images"), "csv": os.path.join(root, "clic_rows.csv"),
-          "coco_json": os.path.join(root, "dataset_coco.json"), "paraphrases": os.path.join(root, "paraphrases.json"),
-          "manifest": os.path.join(root, WORLD_MANIFEST)}
+  return {
+      "images": os.path.join(root, "images"), "csv": os.path.join(root, "clic_rows.csv"),
+      "coco_json": os.path.join(root, "dataset_coco.json"), "paraphrases": os.path.join(root, "paraphrases.json"),
+      "manifest": os.path.join(root, WORLD_MANIFEST)
+  }
 
 
 def world_record(n: int, seed: int) -> dict:
@@ -216,8 +233,10 @@ def write_world(root: str, n: int, seed: int = 0) -> dict:
     render(sc, rng).save(os.path.join(paths["images"], name))
     caps = captions(sc, rng)
     rows.append([name, caps["main"], *caps["extra"]])
-    images.append({"filepath": "", "filename": name, "split": "train", "cocoid": i, "imgid": i,
-                   "sentences": [{"raw": c} for c in caps["coco"]]})
+    images.append({
+        "filepath": "", "filename": name, "split": "train", "cocoid": i, "imgid": i,
+        "sentences": [{"raw": c} for c in caps["coco"]]
+    })
     paras[str(i)] = caps["paraphrases"]
   with open(paths["csv"], "w", newline="") as f:  # csv quotes the captions of 3-object scenes (they hold a comma)
     csv.writer(f, lineterminator="\n").writerows(rows)
@@ -257,10 +276,10 @@ def train_t5_tokenizer(out: str, vocab_size: int = 200) -> str:
     raise ValueError(f"{out}: the SentencePiece model path must end in .model")
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   # one thread and a fixed input order: the same pieces and scores on every rerun
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(vocabulary_corpus()), model_prefix=out[: -len(".model")],
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(vocabulary_corpus()), model_prefix=out[:-len(".model")],
                                  vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=1.0, pad_id=0,
                                  eos_id=1, unk_id=2, bos_id=-1, num_threads=1, minloglevel=2)
-  os.remove(out[: -len(".model")] + ".vocab")  # the .model holds everything the tokenizer reads
+  os.remove(out[:-len(".model")] + ".vocab")  # the .model holds everything the tokenizer reads
   return out
 
 
@@ -277,12 +296,14 @@ def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
   say = lambda a, rel, b: f"{a} {rel} {b}{tail}"
   cap = say(f"a {c1} {s1}", r, f"a {c2} {s2}")
   c3 = _other(COLORS, {o[1] for o in objs}, rng)
-  rows = {"replace_att": say(f"a {c3} {s1}", r, f"a {c2} {s2}"),
-          "replace_obj": say(f"a {c1} {_other(SHAPES, {s1}, rng)}", r, f"a {c2} {s2}"),
-          "replace_rel": say(f"a {c1} {s1}", OPPOSITE[r], f"a {c2} {s2}"),
-          "swap_att": say(f"a {c2} {s1}", r, f"a {c1} {s2}"),
-          "add_att": say(f"a {_other(SIZES, {z1}, rng)} {c1} {s1}", r, f"a {c2} {s2}"),
-          "add_obj": say(f"a {c1} {s1} and a {c3} {_other(SHAPES, (), rng)}", r, f"a {c2} {s2}")}
+  rows = {
+      "replace_att": say(f"a {c3} {s1}", r, f"a {c2} {s2}"), "replace_obj": say(f"a {c1} {_other(SHAPES, {s1}, rng)}",
+                                                                                r, f"a {c2} {s2}"),
+      "replace_rel": say(f"a {c1} {s1}", OPPOSITE[r], f"a {c2} {s2}"),
+      "swap_att": say(f"a {c2} {s1}", r, f"a {c1} {s2}"), "add_att": say(f"a {_other(SIZES, {z1}, rng)} {c1} {s1}", r,
+                                                                         f"a {c2} {s2}"),
+      "add_obj": say(f"a {c1} {s1} and a {c3} {_other(SHAPES, (), rng)}", r, f"a {c2} {s2}")
+  }
   if s1 != s2:
     rows["swap_obj"] = say(f"a {c1} {s2}", r, f"a {c2} {s1}")
   para = f"a {c2} {s2} {OPPOSITE[r]} a {c1} {s1}{tail}"
@@ -325,12 +346,15 @@ def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") 
     name = f"bench_{i:05d}.png"
     render(scene_, rng).save(os.path.join(images, name))
     for subset, row in benchmark_rows(scene_, rng).items():
-      sc.setdefault(subset, {})[str(i)] = {"filename": name, "caption": row["caption"],
-                                          "negative_caption": row["negative_caption"]}
+      sc.setdefault(
+          subset,
+          {})[str(i)] = {"filename": name, "caption": row["caption"], "negative_caption": row["negative_caption"]}
       if not subset.startswith("add"):
         scpp.setdefault(subset, []).append({"id": i, "filename": name, **row})
-    karpathy.append({"filepath": "", "filename": name, "split": "test", "cocoid": i,
-                     "sentences": [{"raw": c} for c in captions(scene_, rng)["coco"]]})
+    karpathy.append({
+        "filepath": "", "filename": name, "split": "test", "cocoid": i,
+        "sentences": [{"raw": c} for c in captions(scene_, rng)["coco"]]
+    })
   for subset, rows in sc.items():
     with open(os.path.join(data, "sugarcrepe", f"{subset}.json"), "w") as f:
       json.dump(rows, f)

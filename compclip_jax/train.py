@@ -50,7 +50,6 @@ class ConfigError(ValueError):
 class Interrupted(Exception):
   """SIGTERM / SIGINT stopped training after a checkpoint; `exit_code` 143 / 130 (128 + the signal's number), so a
   scheduler does not mistake the stop for a finished run."""
-
   def __init__(self, signum: int, step: int, workdir: str):
     name = signal.Signals(signum).name
     super().__init__(f"{name}: checkpoint written at step {step} in {workdir}; rerun the same command to resume")
@@ -138,13 +137,15 @@ def build_model(c) -> Model:
   dt = DTypes(compute=c.model.compute_dtype)  # READ's decoder, and each tower unless its own knob is set
   text_dt = DTypes(compute=c.model.text_compute_dtype or c.model.compute_dtype)
   vision_dt = DTypes(compute=c.model.vision_compute_dtype or c.model.compute_dtype)
-  make_clip = lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt,
-                               remat_text=c.model.remat_text, attention=c.model.attention,
-                               remat_policy=c.model.remat_policy)
-  if c.model.init:
-    cfg, flat, tok, pre, _ = loading.load_clip_params(c.model.init, c.model.model_name or None,
-                                                      c.model.activation or None,
-                                                      lambda cfg: params.abstract(lambda: make_clip(cfg)))
+  m = c.model
+
+  def make_clip(cfg):
+    return CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt, remat_text=m.remat_text,
+                attention=m.attention, remat_policy=m.remat_policy)
+
+  if m.init:
+    abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
+    cfg, flat, tok, pre, _ = loading.load_clip_params(m.init, m.model_name or None, m.activation or None, abstract_clip)
     if tok is None:
       raise ConfigError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
     mean, std = pre.mean, pre.std
@@ -171,10 +172,12 @@ def build_model(c) -> Model:
     raise ConfigError(f"the T5 tokenizer has {t5_tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
                       f"{t5_cfg.vocab_size}: t5.init's spiece.model and config.json do not belong together")
   w = read_proj_init(c.model.read_proj_init)(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
-  flat = {**{f"clip.{k}": v for k, v in flat.items()}, **{f"decoder.{k}": v for k, v in t5_flat.items()},
-          "proj.kernel": np.asarray(w)}
-  abstract = params.abstract(lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt,
-                                               t5_attention=c.model.attention))
+  flat = {
+      **{f"clip.{k}": v for k, v in flat.items()},
+      **{f"decoder.{k}": v for k, v in t5_flat.items()}, "proj.kernel": np.asarray(w)
+  }
+  abstract = params.abstract(
+      lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention))
   return Model(abstract, flat, cfg, tok, t5_tok, mean, std, t5_cfg)
 
 
@@ -241,12 +244,14 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   # One shuffled order for all kinds (METHODS §1.4): step g's batch is global batch g of it, from the pipeline of
   # method.kind_at(g); each pipeline builds only its own kind's batches, so each row is used once per epoch.
   shares = pl.interleave([method.kind_at(c, g).name for g in range(method.period(c))])
-  pipes = {k.name: pl.make_batches(source, pl.PipelineConfig(k, c.batch_size, seed=c.seed,
-                                                             num_workers=c.data.num_workers,
-                                                             max_skip_fraction=c.data.max_skip_fraction, options=opts,
-                                                             period=shares[k.name][0], slots=shares[k.name][1]),
-                                   model.tokenizer, model.t5_tokenizer, jax.process_index(), jax.process_count())
-           for k in kinds}
+  pipes = {
+      k.name: pl.make_batches(
+          source,
+          pl.PipelineConfig(k, c.batch_size, seed=c.seed, num_workers=c.data.num_workers,
+                            max_skip_fraction=c.data.max_skip_fraction, options=opts, period=shares[k.name][0],
+                            slots=shares[k.name][1]), model.tokenizer, model.t5_tokenizer, jax.process_index(),
+          jax.process_count()) for k in kinds
+  }
   for k, p in pipes.items():
     skips.attach(p.skips, k)
   total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
@@ -283,9 +288,11 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   # --- jitted steps
   # each kind's images normalised with its own constants (METHODS §1.2 step 4: CLIC's ImageNet ones by default)
   norm = lambda k: k.normalization(opts, model.preprocess_mean, model.preprocess_std)
-  step_fns = {k.name: jax.jit(steps.make_step(k, graphdef, tx, schedule, norm(k), c.loss),
-                              in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
-                              donate_argnums=(0,)) for k in kinds}
+  step_fns = {
+      k.name: jax.jit(steps.make_step(k, graphdef, tx, schedule, norm(k), c.loss),
+                      in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None),
+                      donate_argnums=(0,)) for k in kinds
+  }
   return Trainer(c, method, model, [k.name for k in kinds], pipes, total, state, frozen, state_sh, batch_sh, step_fns,
                  graphdef, mesh, skips, n_records=len(source))
 
@@ -298,8 +305,8 @@ def compile_step(t: Trainer, kind: str, state: steps.TrainState, batch: dict):
   mem = compiled.memory_analysis()
   peak = None
   if mem is not None:
-    peak = getattr(mem, "peak_memory_in_bytes", None) or (
-        mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes)
+    peak = getattr(mem, "peak_memory_in_bytes", None) or (mem.temp_size_in_bytes + mem.argument_size_in_bytes +
+                                                          mem.output_size_in_bytes - mem.alias_size_in_bytes)
   return compiled, (cost or {}).get("flops"), peak
 
 
@@ -333,8 +340,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[s
 
 def run_identity(c: ml_collections.ConfigDict, t: Trainer) -> dict:
   """What makes this run (runinfo.describe): config, parameter shapes, trainable set, data size, schedule length."""
-  return runinfo.describe(c.to_dict(), param_shapes={k: (np.shape(v), np.asarray(v).dtype)
-                                                     for k, v in t.model.flat.items()},
+  return runinfo.describe(c.to_dict(),
+                          param_shapes={k: (np.shape(v), np.asarray(v).dtype) for k, v in t.model.flat.items()},
                           trainable=[".".join(map(str, p)) for p, _ in nnx.to_flat_state(t.state.trainable)],
                           data_records=t.n_records, total_steps=t.total)
 
@@ -384,9 +391,14 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
   t.skips.resumed(start)  # skipped.jsonl keeps the load-time skips up to this checkpoint; later ones recur
 
   # --- loop
-  writer = MetricWriter(workdir, t.total, c.batch_size, peak_flops=c.peak_flops * jax.device_count() or None,
-                        start_step=start,  # drops metrics.jsonl lines past `start` (they are about to recur)
-                        hparams=c.to_dict(), console_terms=t.method.console_terms)
+  writer = MetricWriter(
+      workdir,
+      t.total,
+      c.batch_size,
+      peak_flops=c.peak_flops * jax.device_count() or None,
+      start_step=start,  # drops metrics.jsonl lines past `start` (they are about to recur)
+      hparams=c.to_dict(),
+      console_terms=t.method.console_terms)
   evaluate_at = make_evaluator(c, t, workdir, writer)
   if start == 0:
     evaluate_at(0, state)  # the starting point, for before/after comparisons
@@ -397,9 +409,9 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
     if stop["signum"] and signum == signal.SIGINT:  # a second Ctrl-C: out now, without a checkpoint
       raise KeyboardInterrupt
     stop["signum"] = signum
-    print(f"{signal.Signals(signum).name}: writing a checkpoint after this step, then stopping"
-          + (" (Ctrl-C again stops at once, without one)" if signum == signal.SIGINT else ""), file=sys.stderr,
-          flush=True)
+    print(
+        f"{signal.Signals(signum).name}: writing a checkpoint after this step, then stopping" +
+        (" (Ctrl-C again stops at once, without one)" if signum == signal.SIGINT else ""), file=sys.stderr, flush=True)
 
   handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
   last, recent = {}, {}
@@ -464,13 +476,16 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
       encoder = Encoder(clip, t.model.tokenizer, pre, c.evals.batch_size, t.mesh, progress=False)
     encoder.set_params(clip)
     results = evaluation.run_benchmarks(encoder, list(c.evals.benchmarks), data_dir, image_dir, c.evals.tie)
-    flat = {f"eval/{b}/{k}": v for b, r in results.items() for k, v in r["metrics"].items()
-            if isinstance(v, (int, float))}
+    flat = {
+        f"eval/{b}/{k}": v for b, r in results.items() for k, v in r["metrics"].items() if isinstance(v, (int, float))
+    }
     writer.write(step, flat, console=False, rate=False)
     if jax.process_index() == 0:
-      summary = [f"{b} {k} {100 * r['metrics'][k]:.1f}" for b, r in results.items() for k in EVAL_SUMMARY
-                 if k in r["metrics"]]
+      summary = [
+          f"{b} {k} {100 * r['metrics'][k]:.1f}" for b, r in results.items() for k in EVAL_SUMMARY if k in r["metrics"]
+      ]
       print(f"eval step {step} | " + " | ".join(summary), flush=True)
+
   return evaluate_at
 
 

@@ -13,16 +13,25 @@ def base() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.method = ""
   c.seed = 0
-  c.model = dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16",
-                 compute_dtype="float32", remat_text=False,
-                 # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained
-                 # parameters and AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference
-                 # numerics) | "xla" | "cudnn" | "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16);
-                 # remat_policy "full" | "dots_saveable" | "none", used when remat_text
-                 text_compute_dtype="", vision_compute_dtype="", attention="explicit", remat_policy="full",
-                 # READ's W (METHODS §2.1): "torch_linear" = torch nn.Linear's default, uniform ±1/√fan_in
-                 # (reference); "lecun_normal" = normal with std 1/√fan_in (old, √3 larger)
-                 read_proj_init="torch_linear")
+  c.model = dict(
+      init="",
+      model_name="",
+      activation="",
+      random="",
+      frozen_dtype="bfloat16",
+      compute_dtype="float32",
+      remat_text=False,
+      # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained
+      # parameters and AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference
+      # numerics) | "xla" | "cudnn" | "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16);
+      # remat_policy "full" | "dots_saveable" | "none", used when remat_text
+      text_compute_dtype="",
+      vision_compute_dtype="",
+      attention="explicit",
+      remat_policy="full",
+      # READ's W (METHODS §2.1): "torch_linear" = torch nn.Linear's default, uniform ±1/√fan_in
+      # (reference); "lecun_normal" = normal with std 1/√fan_in (old, √3 larger)
+      read_proj_init="torch_linear")
   # READ's frozen decoder: t5.init, an HF T5 v1.1 directory; or t5.random, a random one of random_* (:runlocal, the
   # demo; v1.1-large is d_model 1024, vocab 32128, 24 layers). t5.tokenizer: a SentencePiece .model, default
   # t5.init's spiece.model, else the one shipped for the synthetic world (compclip_jax/assets/synthetic_spiece.model).
@@ -31,19 +40,34 @@ def base() -> ml_collections.ConfigDict:
   # data.source: csv, coco, prepared (data.path) or synthetic: the generated world (compclip_jax/synthetic.py) of
   # data.synthetic_size scenes seeded by `seed`, written once into data.path (default <workdir>/world), read as CLIC
   # rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco").
-  c.data = dict(source="csv", path="", image_root="", paraphrases="", splits=("train", "restval"), num_workers=0,
-                max_skip_fraction=0.05, image_size=224, synthetic_size=0, synthetic_format="csv", clic_concat=True,
-                trim_tokens=True,
-                clic_imagenet_normalization=True, read_target_may_equal_positive=True, negclip_random_caption=False,
-                # METHODS §1.2 step 6 / §2.2, docs/fidelity.md: shared words removed tag by tag (reference); non-word
-                # tokens no swap candidates (fix); READ swaps only non-overlapping spans (True: reference's garbling)
-                clic_shared_words_across_tags=False, clic_exclude_nonword=True, read_overlapping_swaps=False,
-                # METHODS §1.2 steps 3, 7: images with transparency resized with alpha, then alpha dropped (CLIC
-                # reference; False: alpha dropped first); the CLIP tokenizer cleans text as open_clip (ftfy, html)
-                alpha_premultiplied_resize=True, clean_text=True,
-                # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped
-                # and counted as unsupported_extension (reference filter); True admits every format PIL reads
-                any_image_format=False)
+  c.data = dict(
+      source="csv",
+      path="",
+      image_root="",
+      paraphrases="",
+      splits=("train", "restval"),
+      num_workers=0,
+      max_skip_fraction=0.05,
+      image_size=224,
+      synthetic_size=0,
+      synthetic_format="csv",
+      clic_concat=True,
+      trim_tokens=True,
+      clic_imagenet_normalization=True,
+      read_target_may_equal_positive=True,
+      negclip_random_caption=False,
+      # METHODS §1.2 step 6 / §2.2, docs/fidelity.md: shared words removed tag by tag (reference); non-word
+      # tokens no swap candidates (fix); READ swaps only non-overlapping spans (True: reference's garbling)
+      clic_shared_words_across_tags=False,
+      clic_exclude_nonword=True,
+      read_overlapping_swaps=False,
+      # METHODS §1.2 steps 3, 7: images with transparency resized with alpha, then alpha dropped (CLIC
+      # reference; False: alpha dropped first); the CLIP tokenizer cleans text as open_clip (ftfy, html)
+      alpha_premultiplied_resize=True,
+      clean_text=True,
+      # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped
+      # and counted as unsupported_extension (reference filter); True admits every format PIL reads
+      any_image_format=False)
   c.batch_size = 800
   c.num_epochs = 1.0
   c.total_steps = 0  # 0: from num_epochs × records / batch_size
@@ -51,8 +75,8 @@ def base() -> ml_collections.ConfigDict:
   c.optim = dict(schedule="clic", lr=1e-6, start_lr=1e-7, end_lr=1e-8, warmup_frac=0.2, warmup_steps=50, b1=0.9,
                  b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, trainable=CLIP_TEXT, frozen=CLIP_VISION,
                  decay=DECAY_2D, no_decay=NO_DECAY_2D)
-  c.loss = dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5,
-                align_direction="para_to_orig", t5_dropout=True)
+  c.loss = dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5, align_direction="para_to_orig",
+                t5_dropout=True)
   c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
   c.checkpoint = dict(every_steps=200, keep=3)
   c.log_every = 10

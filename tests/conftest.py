@@ -19,7 +19,6 @@ import pytest  # noqa: E402
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 
-
 MANUAL = "COMPCLIP_MANUAL_TESTS"
 
 

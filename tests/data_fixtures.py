@@ -33,6 +33,7 @@ def _bomb_png(path, w=100_000, h=100_000):
   """A tiny PNG whose header claims w×h pixels (a decompression bomb that PIL reads lazily)."""
   def chunk(kind, data):
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
   ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
   path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) +
                    chunk(b"IEND", b""))
@@ -58,12 +59,14 @@ def write_images(root, n, seed=0) -> list[str]:
 # (file name, reason the loader must report) for images that exist but cannot be used, plus one missing file
 def write_broken_images(root) -> dict[str, str]:
   good = root / "img000.jpg"
-  (root / "truncated.jpg").write_bytes(good.read_bytes()[: len(good.read_bytes()) // 3])
+  (root / "truncated.jpg").write_bytes(good.read_bytes()[:len(good.read_bytes()) // 3])
   (root / "corrupt.jpg").write_bytes(b"this is not an image at all")
   Image.new("RGB", (1, 1)).save(root / "tiny.png")
   _bomb_png(root / "bomb.png")
-  return {"truncated.jpg": "corrupt_image", "corrupt.jpg": "corrupt_image", "tiny.png": "too_small",
-          "bomb.png": "too_large", "missing.jpg": "missing_image"}
+  return {
+      "truncated.jpg": "corrupt_image", "corrupt.jpg": "corrupt_image", "tiny.png": "too_small",
+      "bomb.png": "too_large", "missing.jpg": "missing_image"
+  }
 
 
 def write_clic_csv(tmp, n=30, seed=0, broken=True):
@@ -80,9 +83,9 @@ def write_clic_csv(tmp, n=30, seed=0, broken=True):
   raw = ("\n".join(lines) + "\n").encode()
   rejected = 0
   if broken:  # rows rejected when the CSV is read
-    raw += b"img001.jpg,only one sentence\n"          # < 2 sentences
-    raw += b"img002.jpg,,   ,\n"                      # empty captions
-    raw += b"img003.jpg,caf\xe9 latin-1,second\n"     # not UTF-8
+    raw += b"img001.jpg,only one sentence\n"  # < 2 sentences
+    raw += b"img002.jpg,,   ,\n"  # empty captions
+    raw += b"img003.jpg,caf\xe9 latin-1,second\n"  # not UTF-8
     rejected = 3
   path = tmp / "rows.csv"
   path.write_bytes(raw)
@@ -99,12 +102,15 @@ def write_coco_json(tmp, n=24, seed=0, broken=True):
   for i, name in enumerate(names + list(bad)):
     caps = [caption(rng) for _ in range(5)]
     split = ["train", "train", "restval", "val", "test"][i % 5]
-    images.append({"filepath": "train2014", "filename": name, "split": split, "cocoid": 1000 + i, "imgid": i,
-                   "sentences": [{"raw": c.capitalize() + ".", "tokens": c.split()} for c in caps]})
+    images.append({
+        "filepath": "train2014", "filename": name, "split": split, "cocoid": 1000 + i, "imgid": i,
+        "sentences": [{"raw": c.capitalize() + ".", "tokens": c.split()} for c in caps]
+    })
     if i % 2:
       paras[str(1000 + i)] = [f"{caps[0]} (paraphrased)"]
-  images.append({"filepath": "train2014", "filename": names[0], "split": "train", "cocoid": 9999,
-                 "sentences": [{"raw": "   "}]})  # no usable caption
+  images.append(
+      {"filepath": "train2014", "filename": names[0], "split": "train", "cocoid": 9999,
+       "sentences": [{"raw": "   "}]})  # no usable caption
   path = tmp / "dataset_coco.json"
   path.write_text(json.dumps({"images": images, "dataset": "coco"}))
   para_path = tmp / "paraphrases.json"

@@ -8,10 +8,10 @@ import transformers
 
 def hf_clip_config(act="quick_gelu", eos_token_id=2, vocab_size=49408, *, real_b32=False) -> transformers.CLIPConfig:
   if real_b32:  # openai/clip-vit-base-patch32's shapes
-    text = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
-                num_attention_heads=8, max_position_embeddings=77)
-    vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                  image_size=224, patch_size=32)
+    text = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
+                max_position_embeddings=77)
+    vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, image_size=224,
+                  patch_size=32)
     proj = 512
   else:
     text = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

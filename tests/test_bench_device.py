@@ -69,8 +69,8 @@ def test_real_points_are_the_issue_s_shapes():
   assert [(p.kind, p.batch) for p in pts] == [("clic", 256), ("clic", 800), ("clic_clip", 256), ("clic_clip", 800),
                                               ("read", 256), ("read", 800), ("clic", 256), ("clic", 800)]
   t5 = pts[4].t5
-  assert (t5.d_model, t5.num_decoder_layers, t5.vocab_size, t5.d_ff, t5.num_heads, t5.d_kv) == (
-      1024, 24, 32128, 2816, 16, 64)
+  assert (t5.d_model, t5.num_decoder_layers, t5.vocab_size, t5.d_ff, t5.num_heads, t5.d_kv) == (1024, 24, 32128, 2816,
+                                                                                                16, 64)
   assert pts[0].cfg.vision.patch_size == 32 and pts[-1].cfg.vision.patch_size == 14
   assert pts[-1].cfg.vision.width == 1024 and pts[-1].cfg.text.width == 768
 
@@ -104,8 +104,9 @@ def test_precision_policy_bf16_compute_keeps_fp32_state_and_a_close_loss():
     tx = optim.make_optimizer(optim.clic_schedule(10), jax.tree.map(lambda x: x.ndim >= 2, trainable),
                               bench_device.ADAMW)
     state = steps.TrainState(jnp.int32(0), trainable, tx.init(trainable), jax.random.PRNGKey(0))
-    step = jax.jit(steps.make_step(methods.step_kind("clic"), graphdef, tx, optim.clic_schedule(10),
-                                   (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD), bench_device.LOSS))
+    step = jax.jit(
+        steps.make_step(methods.step_kind("clic"), graphdef, tx, optim.clic_schedule(10),
+                        (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD), bench_device.LOSS))
     new, metrics = step(state, frozen, batch)
     out[dtype] = metrics
     assert metrics["loss"].dtype == jnp.float32

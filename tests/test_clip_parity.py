@@ -16,8 +16,8 @@ def _pixels(n, size, seed=0):
 
 # (activation, eos_token_id in config, token placed at the end of each caption, pad, vocab)
 CASES = {
-    "quickgelu-argmax": ("quick_gelu", 2, 49407, 0, 49408),          # OpenAI / open_clip style
-    "gelu-argmax": ("gelu", 2, 49407, 49407, 49408),                 # HF pads with EOT; argmax still finds the first
+    "quickgelu-argmax": ("quick_gelu", 2, 49407, 0, 49408),  # OpenAI / open_clip style
+    "gelu-argmax": ("gelu", 2, 49407, 49407, 49408),  # HF pads with EOT; argmax still finds the first
     # First-EOT rule where argmax would pick another token: body ids above the EOS id precede it.
     "quickgelu-first-eos": ("quick_gelu", 500, 500, 500, 1000),
     "gelu-first-eos": ("gelu", 500, 500, 0, 1000),
@@ -58,8 +58,10 @@ def test_vit_b32_parity(tmp_path):
   hf = fx.random_hf_clip(fx.hf_clip_config(real_b32=True))
   hf.save_pretrained(tmp_path)
   model, tokenizer, _ = load_clip(str(tmp_path))
-  ids = tokenizer(["a photo of a cat", "a photo of a dog", "a red cube to the left of a small blue ball",
-                   "two men riding gray horses next to a white fence on a sunny day " * 6])  # last one truncated
+  ids = tokenizer([
+      "a photo of a cat", "a photo of a dog", "a red cube to the left of a small blue ball",
+      "two men riding gray horses next to a white fence on a sunny day " * 6
+  ])  # last one truncated
   px = _pixels(2, 224)
   txt, img = np.asarray(model.encode_text(ids)), np.asarray(model.encode_image(px))
   ref_txt, ref_img = fx.hf_text(hf, ids), fx.hf_image(hf, px)
@@ -84,8 +86,7 @@ def test_trimming_padding_changes_nothing(tmp_path, case):
   assert length == int(max(np.argmax(ids == eot, 1))) + 1
   cut = pl.trim_tokens({"ids": ids, "image": np.zeros(1)}, length)["ids"]
   assert cut.shape[1] == -(-length // 16) * 16 < 77
-  np.testing.assert_allclose(np.asarray(model.encode_text(cut)), np.asarray(model.encode_text(ids)), atol=1e-5,
-                             rtol=0)
+  np.testing.assert_allclose(np.asarray(model.encode_text(cut)), np.asarray(model.encode_text(ids)), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("name", ["ViT-B-32", "ViT-B-16", "ViT-L-14", "ViT-L-14-336"])

@@ -39,7 +39,8 @@ def test_byo_checkpoint_notebook_on_a_random_hf_clip(tmp_path):
   from tests import hf_fixtures as fx
   fx.random_hf_clip(fx.hf_clip_config(), seed=3).save_pretrained(tmp_path / "model")
   bench = synthetic.write_benchmarks(str(tmp_path / "bench"), 16)
-  nb = _execute("byo_checkpoint.ipynb", f"""
+  nb = _execute(
+      "byo_checkpoint.ipynb", f"""
 CHECKPOINT = {str(tmp_path / 'model')!r}
 BENCH_DATA_DIR, BENCH_IMAGE_DIR = {bench['data_dir']!r}, {bench['image_dir']!r}
 BENCHMARKS = ("sugarcrepe", "sugarcrepe_pp")

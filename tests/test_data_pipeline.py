@@ -36,8 +36,7 @@ def t5tok(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("spm")
   corpus = [df.caption(np.random.default_rng(i)) for i in range(300)]
   spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40,
-                                 hard_vocab_limit=False, minloglevel=2,
-                                 pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+                                 hard_vocab_limit=False, minloglevel=2, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
   return T5Tokenizer(str(tmp / "spiece.model"))
 
 
@@ -74,8 +73,9 @@ def test_prepared_format_round_trips(clic, prepared, tagger):
   src, bad, _ = clic
   ps, meta, out = prepared
   assert meta["records"] == len(src) - len(bad) == len(ps)
-  assert meta["skipped"] == {"too_few_sentences": 2, "non_utf8": 1, "corrupt_image": 2, "too_small": 1,
-                             "too_large": 1, "missing_image": 1}
+  assert meta["skipped"] == {
+      "too_few_sentences": 2, "non_utf8": 1, "corrupt_image": 2, "too_small": 1, "too_large": 1, "missing_image": 1
+  }
   skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
   assert {s["id"] for s in skipped if s["reason"] != "non_utf8" and s["reason"] != "too_few_sentences"} == set(bad)
   good = [i for i in range(len(src)) if src[i]["id"] not in bad]
@@ -178,8 +178,8 @@ def test_clic_sample_properties(clic, tagger):
     p1, p2, p3, p4, n = s["texts"]
     a0, b0 = rec["sentences"][0], partner["sentences"][0]
     assert p1 == neg.join(a0, b0) and p2 == neg.join(b0, a0)  # i's caption always first in p1
-    assert {p3.split(". ")[0].rstrip("."), p3.split(". ")[1].rstrip(".")} <= set(rec["sentences"][1:]) | set(
-        partner["sentences"][1:])
+    assert {p3.split(". ")[0].rstrip("."),
+            p3.split(". ")[1].rstrip(".")} <= set(rec["sentences"][1:]) | set(partner["sentences"][1:])
     if s["neg_valid"]:
       assert n and n not in (p1, p2)
     else:
@@ -337,10 +337,12 @@ def test_prepare_cli_with_parallel_workers(tmp_path):
   import sys
   path, root, para_path, bad = df.write_coco_json(tmp_path)
   root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  cmd = [sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
-         f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2"]
-  run = lambda *extra: subprocess.run(cmd + list(extra), capture_output=True, text=True, cwd=root_dir,
-                                      env={**os.environ, "PYTHONPATH": root_dir})
+  cmd = [
+      sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
+      f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2"
+  ]
+  run = lambda *extra: subprocess.run(cmd + list(extra), capture_output=True, text=True, cwd=root_dir, env=
+                                      {**os.environ, "PYTHONPATH": root_dir})
   out = run("--image_size=32")
   assert out.returncode == 0, out.stderr
   assert "prepare" in out.stderr  # the progress bar

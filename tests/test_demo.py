@@ -11,10 +11,11 @@ from compclip_jax import demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
-TINY = ["--pretrain_steps=2", "--pretrain_batch=8", "--config.data.synthetic_size=24",
-        "--config.evals.synthetic_size=12", "--config.data.image_size=32", "--config.batch_size=8",
-        "--config.total_steps=2", "--config.evals.every_steps=0", "--config.log_every=1",
-        "--config.checkpoint.every_steps=2"]
+TINY = [
+    "--pretrain_steps=2", "--pretrain_batch=8", "--config.data.synthetic_size=24", "--config.evals.synthetic_size=12",
+    "--config.data.image_size=32", "--config.batch_size=8", "--config.total_steps=2", "--config.evals.every_steps=0",
+    "--config.log_every=1", "--config.checkpoint.every_steps=2"
+]
 
 
 @pytest.mark.slow
@@ -42,7 +43,8 @@ def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):
   demo._override(c, "optim.lr=3e-4")  # pylint: disable=protected-access
   demo._override(c, "evals.benchmarks=('sugarcrepe',)")  # pylint: disable=protected-access
   assert c.optim.lr == 3e-4 and tuple(c.evals.benchmarks) == ("sugarcrepe",)
-  out = subprocess.run([sys.executable, "-m", "compclip_jax.main", "--config=configs/read.py:demo",
-                        f"--workdir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  out = subprocess.run([
+      sys.executable, "-m", "compclip_jax.main", "--config=configs/read.py:demo", f"--workdir={tmp_path}"
+  ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
   assert out.returncode == 2 and "python -m compclip_jax.demo --method=read" in out.stderr
   assert not os.listdir(tmp_path)  # nothing trained or written

@@ -26,8 +26,8 @@ def _random_score(task, tie="strict", seed=0):
 def test_sugarcrepe_real_files(benchmarks_dir, tmp_path):
   task = registry.load("sugarcrepe", str(benchmarks_dir), str(tmp_path))
   m = _random_score(task)
-  assert sum(m[f"{s}/count"] for s in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel",
-                                        "swap_att", "swap_obj")) == 7511
+  assert sum(m[f"{s}/count"] for s in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att",
+                                       "swap_obj")) == 7511
   assert m["swap_obj/count"] == 245
   assert 0.3 < m["mean"] < 0.7  # random embeddings: chance
   assert all(isinstance(r, ImageRef) for r in task.images.items)
@@ -64,8 +64,9 @@ def _img(path, size=(40, 30)):
 
 def test_synthetic_winoground_records(tmp_path):
   (tmp_path / "winoground").mkdir()
-  rows = [{"id": i, "caption_0": f"a {i}", "caption_1": f"b {i}", "image_0": f"ex_{i}_img_0",
-           "image_1": f"ex_{i}_img_1"} for i in range(3)]
+  rows = [{
+      "id": i, "caption_0": f"a {i}", "caption_1": f"b {i}", "image_0": f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1"
+  } for i in range(3)]
   (tmp_path / "winoground" / "examples.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
   task = registry.load("winoground", str(tmp_path), str(tmp_path / "img"))
   assert len(task.images) == 6 and task.images.items[0].path.endswith("ex_0_img_0.png")
@@ -74,20 +75,23 @@ def test_synthetic_winoground_records(tmp_path):
 
 def test_synthetic_aro_records(tmp_path):
   (tmp_path / "aro").mkdir()
-  rel = [{"image_id": str(i), "image_path": f"{i}.jpg", "bbox_x": 1, "bbox_y": 2, "bbox_w": 10, "bbox_h": 12,
-          "true_caption": f"the cup is on the table {i}", "false_caption": f"the table is on the cup {i}",
-          "relation_name": ["on", "near"][i % 2]} for i in range(6)]
+  rel = [{
+      "image_id": str(i), "image_path": f"{i}.jpg", "bbox_x": 1, "bbox_y": 2, "bbox_w": 10, "bbox_h": 12,
+      "true_caption": f"the cup is on the table {i}", "false_caption": f"the table is on the cup {i}",
+      "relation_name": ["on", "near"][i % 2]
+  } for i in range(6)]
   (tmp_path / "aro" / "visual_genome_relation.json").write_text(json.dumps(rel))
-  att = [{**r, "attributes": ["white", "black"] if i < 30 else ["red", "blue"]} for i, r in
-         enumerate(rel * 6)]
+  att = [{**r, "attributes": ["white", "black"] if i < 30 else ["red", "blue"]} for i, r in enumerate(rel * 6)]
   (tmp_path / "aro" / "visual_genome_attribution.json").write_text(json.dumps(att))
   vgr = registry.load("vg_relation", str(tmp_path), str(tmp_path))
   assert vgr.images.items[0].box == (1, 2, 10, 12)
   m = _random_score(vgr)
   assert m["groups"] == 1  # 'near' is in ARO's excluded (symmetric) list; 'on' is kept
   assert _random_score(registry.load("vg_attribution", str(tmp_path), str(tmp_path)))["groups"] == 1  # ≥ 25 rows
-  coco = [{"image": f"val2014/{i}.jpg", "caption": [f"A man riding a brown horse on the beach number {i}.",
-                                                      f"Two dogs play with a red ball {i}."]} for i in range(3)]
+  coco = [{
+      "image": f"val2014/{i}.jpg",
+      "caption": [f"A man riding a brown horse on the beach number {i}.", f"Two dogs play with a red ball {i}."]
+  } for i in range(3)]
   (tmp_path / "aro" / "coco_karpathy_test.json").write_text(json.dumps(coco))
   task = registry.load("coco_order", str(tmp_path), str(tmp_path), cache_dir=str(tmp_path / "cache"), seed=0)
   negatives = tmp_path / "cache" / "coco_order.seed0.json"
@@ -101,8 +105,10 @@ def test_synthetic_aro_records(tmp_path):
 
 def test_synthetic_whatsup_records(tmp_path):
   (tmp_path / "whatsup").mkdir()
-  ctrl = [{"image_path": f"data/controlled_images/mug_{r}_table.jpeg",
-           "caption_options": [f"a mug {r} a table", "x", "y", "z"]} for r in ("left", "right", "on", "under")]
+  ctrl = [{
+      "image_path": f"data/controlled_images/mug_{r}_table.jpeg",
+      "caption_options": [f"a mug {r} a table", "x", "y", "z"]
+  } for r in ("left", "right", "on", "under")]
   (tmp_path / "whatsup" / "controlled_images_dataset.json").write_text(json.dumps(ctrl))
   (tmp_path / "whatsup" / "coco_qa_one_obj.json").write_text(json.dumps([[139, "a cat on top", "a cat below"]]))
   task = registry.load("whatsup", str(tmp_path), str(tmp_path))
@@ -124,9 +130,12 @@ def test_synthetic_crepe_records(tmp_path):
 
 def test_synthetic_retrieval_records_both_layouts(tmp_path):
   (tmp_path / "retrieval").mkdir()
-  karpathy = {"images": [{"filepath": "val2014", "filename": f"{i}.jpg", "split": s,
-                          "sentences": [{"raw": f"A Dog, number {i}!"}, {"raw": "Same caption."}]}
-                         for i, s in enumerate(["test", "test", "train"])]}
+  karpathy = {
+      "images": [{
+          "filepath": "val2014", "filename": f"{i}.jpg", "split": s, "sentences": [{"raw": f"A Dog, number {i}!"},
+                                                                                   {"raw": "Same caption."}]
+      } for i, s in enumerate(["test", "test", "train"])]
+  }
   (tmp_path / "retrieval" / "coco_test.json").write_text(json.dumps(karpathy))
   task = registry.load("coco_retrieval", str(tmp_path), str(tmp_path))
   assert len(task.images) == 2 and "a dog number 0" in task.texts.items and "same caption" in task.texts.items
@@ -149,7 +158,6 @@ def test_synthetic_zeroshot_folders(tmp_path):
 # -------------------------------------------------------------------------------- end to end, stub encoder
 class StubEncoder:
   """Every image embeds to e0; a text embeds to e0 when it contains 'good' or 'tie', else e1."""
-
   def images(self, refs, desc=""):
     for r in refs:
       if not os.path.exists(r.path):
@@ -201,18 +209,20 @@ def test_cli_matches_a_transformers_scoring_loop(benchmarks_dir, tmp_path):
   from tests import hf_fixtures as fx
   hf = fx.random_hf_clip(fx.hf_clip_config(), seed=7)
   hf.save_pretrained(tmp_path / "model")
-  rows = {s: json.loads((benchmarks_dir / "sugarcrepe" / f"{s}.json").read_text()) for s in
-          ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")}
+  rows = {
+      s: json.loads((benchmarks_dir / "sugarcrepe" / f"{s}.json").read_text())
+      for s in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+  }
   files = sorted({r["filename"] for d in rows.values() for r in d.values()})
   (tmp_path / "images").mkdir()
   for k, f in enumerate(files):  # placeholder images, different per file
     rng = np.random.default_rng(k)
     Image.fromarray(rng.integers(0, 256, (24 + k % 17, 30 + k % 11, 3), dtype=np.uint8)).save(tmp_path / "images" / f)
   out = tmp_path / "res"
-  proc = subprocess.run([sys.executable, "-m", "compclip_jax.evaluate", f"--model={tmp_path / 'model'}",
-                         "--benchmark=sugarcrepe", f"--data_dir={benchmarks_dir}", f"--image_dir={tmp_path / 'images'}",
-                         f"--output={out}", "--batch_size=512"], cwd=ROOT, capture_output=True, text=True,
-                        env={**os.environ, "PYTHONPATH": ROOT})
+  proc = subprocess.run([
+      sys.executable, "-m", "compclip_jax.evaluate", f"--model={tmp_path / 'model'}", "--benchmark=sugarcrepe",
+      f"--data_dir={benchmarks_dir}", f"--image_dir={tmp_path / 'images'}", f"--output={out}", "--batch_size=512"
+  ], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
   assert proc.returncode == 0, proc.stderr[-3000:]
   records = {r["dataset"]: r for r in _clip_benchmark_build(out)}
   assert sorted(records) == [f"sugar_crepe/{s}" for s in sorted(rows)]
@@ -257,16 +267,20 @@ def _clip_benchmark_build(folder) -> list[dict]:
 
 def test_output_folder_is_what_clip_benchmark_build_reads(tmp_path):
   from compclip_jax.evaluators import output
+  subsets = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+  sugarcrepe = {**{s: 0.5 + i / 100 for i, s in enumerate(subsets)}, **{f"{s}/count": 10 for s in subsets}}
   results = {
-      "sugarcrepe": {"task": "compositionality", "dataset": "sugarcrepe", "metrics": {
-          **{s: 0.5 + i / 100 for i, s in enumerate(("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel",
-                                                      "swap_att", "swap_obj"))},
-          **{f"{s}/count": 10 for s in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att",
-                                        "swap_obj")}, "mean": 0.53, "seconds": 1.0}},
-      "winoground": {"task": "compositionality", "dataset": "winoground",
-                     "metrics": {"text": 0.3, "image": 0.2, "group": 0.1, "count": 400, "seconds": 2.0}},
-      "coco_retrieval": {"task": "zeroshot_retrieval", "dataset": "coco_retrieval", "metrics": {
-          "image_retrieval_recall@1": 0.3, "text_retrieval_recall@1": 0.5, "images": 5, "texts": 25}},
+      "sugarcrepe": {
+          "task": "compositionality", "dataset": "sugarcrepe", "metrics": {**sugarcrepe, "mean": 0.53, "seconds": 1.0}
+      },
+      "winoground": {
+          "task": "compositionality", "dataset": "winoground",
+          "metrics": {"text": 0.3, "image": 0.2, "group": 0.1, "count": 400, "seconds": 2.0}
+      },
+      "coco_retrieval": {
+          "task": "zeroshot_retrieval", "dataset": "coco_retrieval",
+          "metrics": {"image_retrieval_recall@1": 0.3, "text_retrieval_recall@1": 0.5, "images": 5, "texts": 25}
+      },
       "vg_relation": {"task": "compositionality", "dataset": "vg_relation", "metrics": {"macro": 0.6}},
   }
   written = output.write(str(tmp_path / "out"), results, "ViT-B-32", "/ckpts/my run/step_100", "strict",
@@ -284,5 +298,5 @@ def test_output_folder_is_what_clip_benchmark_build_reads(tmp_path):
   assert rows["mscoco_captions"]["image_retrieval_recall@1"] == 0.3
   assert rows["vg_relation"]["macro"] == 0.6 and rows["vg_relation"]["task"] == "compositionality"
   assert rows["sugar_crepe/add_att"]["model_fullname"] == "ViT-B-32 /ckpts/my run/step_100"
-  assert json.loads((tmp_path / "out" / "skipped.jsonl").read_text()) == {"benchmark": "valse",
-                                                                          "reason": "valse not found"}
+  assert json.loads(
+      (tmp_path / "out" / "skipped.jsonl").read_text()) == {"benchmark": "valse", "reason": "valse not found"}

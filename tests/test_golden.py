@@ -12,9 +12,10 @@ IMAGE = os.environ.get("COMPCLIP_GOLDEN_IMAGE")  # COCO val2014 image 39769 (COC
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (MODEL_DIR and IMAGE), reason="set COMPCLIP_HF_CLIP_B32 to a local openai/clip-vit-base-patch32"
-                    " "
-                    "directory and COMPCLIP_GOLDEN_IMAGE to COCO val2014 image 39769 to run the golden check")
+@pytest.mark.skipif(
+    not (MODEL_DIR and IMAGE), reason="set COMPCLIP_HF_CLIP_B32 to a local openai/clip-vit-base-patch32"
+    " "
+    "directory and COMPCLIP_GOLDEN_IMAGE to COCO val2014 image 39769 to run the golden check")
 def test_openai_b32_golden_logits():
   model, tokenizer, preprocess = load_clip(MODEL_DIR)
   logits, _ = model(tokenizer(["a photo of a cat", "a photo of a dog"]), preprocess(Image.open(IMAGE))[None])

@@ -29,7 +29,7 @@ def _png(img: Image.Image, fmt: str = "PNG", **kw) -> bytes:
 def _half_transparent(h: int = 180, w: int = 300, seed: int = 0) -> Image.Image:
   """Random colours everywhere; the left half fully transparent (its colours must not show), the right opaque."""
   rgba = np.random.default_rng(seed).integers(0, 256, (h, w, 4), dtype=np.uint8)
-  rgba[:, : w // 2, 3] = 0
+  rgba[:, :w // 2, 3] = 0
   rgba[:, w // 2:, 3] = 255
   return Image.fromarray(rgba, "RGBA")
 
@@ -99,8 +99,8 @@ def test_every_mode_is_converted_as_the_reference_converts_it(name):
   got = Preprocess(64).resize_crop(rec["image"])
   w = int(64 * 150 / 90)
   left = (w - 64) // 2
-  want = np.asarray(ref_img.convert("RGBA").resize((w, 64), Image.Resampling.BICUBIC)
-                    .crop((left, 0, left + 64, 64)).convert("RGB"))
+  want = np.asarray(
+      ref_img.convert("RGBA").resize((w, 64), Image.Resampling.BICUBIC).crop((left, 0, left + 64, 64)).convert("RGB"))
   np.testing.assert_array_equal(got, want)
   if name == "grey_16bit":
     assert ref_img.mode.startswith("I") and (np.asarray(ref_img) > 255).any()  # clipped, as PIL converts it

@@ -21,10 +21,10 @@ def test_syntax_and_help(script):
 
 def test_local_multiprocess_dry_run():
   script = os.path.join(ROOT, "launch", "local_multiprocess.sh")
-  out = subprocess.run([script, "--num_processes=3", "--port=4000", "--gpus", "--dry-run", "--",
-                        "--config=configs/clic.py", "--workdir=runs/my run", "--config.optim.lr=2e-6",
-                        "--config.evals.benchmarks=('sugarcrepe', 'valse')"],
-                       capture_output=True, text=True, check=True).stdout.splitlines()
+  out = subprocess.run([
+      script, "--num_processes=3", "--port=4000", "--gpus", "--dry-run", "--", "--config=configs/clic.py",
+      "--workdir=runs/my run", "--config.optim.lr=2e-6", "--config.evals.benchmarks=('sugarcrepe', 'valse')"
+  ], capture_output=True, text=True, check=True).stdout.splitlines()
   assert out[0] == "mkdir -p runs/my\\ run/logs" and out[-1] == "wait"
   procs = out[1:-1]
   assert len(procs) == 3
@@ -36,8 +36,10 @@ def test_local_multiprocess_dry_run():
     echo = line.replace(f"CUDA_VISIBLE_DEVICES={i} python -m compclip_jax.main", "printf '%s\\n'")
     echo = echo.split(" > ")[0]
     args = subprocess.run(["bash", "-c", echo], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert args[:4] == ["--config=configs/clic.py", "--workdir=runs/my run", "--config.optim.lr=2e-6",
-                        "--config.evals.benchmarks=('sugarcrepe', 'valse')"]
+    assert args[:4] == [
+        "--config=configs/clic.py", "--workdir=runs/my run", "--config.optim.lr=2e-6",
+        "--config.evals.benchmarks=('sugarcrepe', 'valse')"
+    ]
 
 
 def test_local_multiprocess_refuses_missing_workdir():
@@ -51,8 +53,8 @@ TPU = os.path.join(ROOT, "launch", "tpu_vm.sh")
 
 def _argv(line: str) -> list[str]:
   """The argument vector bash builds from a printed (shell-quoted) command line."""
-  out = subprocess.run(["bash", "-c", 'eval "a=($1)"; printf "%s\\0" "${a[@]}"', "_", line],
-                       capture_output=True, text=True, check=True).stdout
+  out = subprocess.run(["bash", "-c", 'eval "a=($1)"; printf "%s\\0" "${a[@]}"', "_", line], capture_output=True,
+                       text=True, check=True).stdout
   return out.split("\0")[:-1]
 
 
@@ -64,18 +66,21 @@ def _tpu(*args, **env):
 def test_tpu_create_and_delete_commands():
   out = _tpu("create", "--accelerator=v4-32", "--spot", "--project=my-proj")
   assert out.returncode == 0, out.stderr
-  assert _argv(out.stdout.strip()) == ["gcloud", "compute", "tpus", "tpu-vm", "create", "clic pod",
-                                       "--zone=us-central2-b", "--project=my-proj", "--accelerator-type=v4-32",
-                                       "--version=tpu-ubuntu2204-base", "--spot"]
+  assert _argv(out.stdout.strip()) == [
+      "gcloud", "compute", "tpus", "tpu-vm", "create", "clic pod", "--zone=us-central2-b", "--project=my-proj",
+      "--accelerator-type=v4-32", "--version=tpu-ubuntu2204-base", "--spot"
+  ]
   out = _tpu("create", TPU_CAPACITY="preemptible", TPU_VERSION="v2-alpha-tpuv5-lite", TPU_ACCELERATOR="v5litepod-8")
-  assert _argv(out.stdout.strip())[-3:] == ["--accelerator-type=v5litepod-8", "--version=v2-alpha-tpuv5-lite",
-                                            "--preemptible"]
+  assert _argv(
+      out.stdout.strip())[-3:] == ["--accelerator-type=v5litepod-8", "--version=v2-alpha-tpuv5-lite", "--preemptible"]
   assert _argv(_tpu("delete").stdout.strip())[4:] == ["delete", "clic pod", "--zone=us-central2-b", "--quiet"]
 
 
 def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
-  flags = ["--config=configs/clic.py", "--workdir=/gcs/b/my run", "--config.optim.lr=2e-6",
-           "--config.evals.benchmarks=('sugarcrepe', 'valse')"]
+  flags = [
+      "--config=configs/clic.py", "--workdir=/gcs/b/my run", "--config.optim.lr=2e-6",
+      "--config.evals.benchmarks=('sugarcrepe', 'valse')"
+  ]
   out = _tpu("run", "--run_name=exp 1", "--", *flags)
   assert out.returncode == 0, out.stderr
   argv = _argv(out.stdout.strip())
@@ -98,8 +103,9 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
 def test_tpu_sync_setup_tail_stop():
   sync = _tpu("sync").stdout.strip().splitlines()
   assert "git ls-files -z | tar --null -T - -czf" in sync[0]
-  assert _argv(sync[1])[4:] == ["scp", _argv(sync[1])[5], "clic pod:compclip_jax_sync.tar.gz", "--zone=us-central2-b",
-                                "--worker=all"]
+  assert _argv(sync[1])[4:] == [
+      "scp", _argv(sync[1])[5], "clic pod:compclip_jax_sync.tar.gz", "--zone=us-central2-b", "--worker=all"
+  ]
   assert _argv(sync[2])[-1] == "--command=mkdir -p compclip_jax && tar -xzf compclip_jax_sync.tar.gz -C compclip_jax"
   setup = _argv(_tpu("setup", "--python=python3.12").stdout.strip())[-1]
   assert "python3.12 -m venv .venv" in setup and "pip install -q -r requirements.txt" in setup
@@ -146,8 +152,8 @@ def _fake_bin(tmp_path, name: str, body: str) -> dict:
 
 def test_tpu_dry_run_anywhere_before_the_double_dash(tmp_path):
   env = {**os.environ, "TPU_ZONE": "us-central2-b", **_fake_bin(tmp_path, "gcloud", f"touch {tmp_path}/called\n")}
-  for argv in (["--dry-run", "create"], ["--zone=us-central2-b", "--dry-run", "create", "--spot"],
-               ["create", "--dry-run"]):
+  for argv in (["--dry-run", "create"], ["--zone=us-central2-b", "--dry-run", "create",
+                                         "--spot"], ["create", "--dry-run"]):
     out = subprocess.run([TPU, *argv], capture_output=True, text=True, env=env)
     assert out.returncode == 0, (argv, out.stderr)
     assert _argv(out.stdout.strip())[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "create", "compclip"], argv
@@ -159,8 +165,8 @@ def test_tpu_dry_run_anywhere_before_the_double_dash(tmp_path):
 def test_tpu_dry_run_after_the_double_dash_runs_nothing_and_is_not_forwarded(tmp_path):
   """Before: `run -- … --dry-run` really called gcloud, with --dry-run handed to the training command."""
   env = {**os.environ, "TPU_ZONE": "us-central2-b", **_fake_bin(tmp_path, "gcloud", f"touch {tmp_path}/called\n")}
-  out = subprocess.run([TPU, "run", "--", "--config=configs/clic.py", "--workdir=w", "--dry-run"],
-                       capture_output=True, text=True, env=env)
+  out = subprocess.run([TPU, "run", "--", "--config=configs/clic.py", "--workdir=w", "--dry-run"], capture_output=True,
+                       text=True, env=env)
   assert out.returncode == 0, out.stderr
   assert not (tmp_path / "called").exists(), "gcloud was called"
   remote = _argv(out.stdout.strip())[-1]
@@ -191,8 +197,7 @@ def test_tpu_run_appends_logs_and_refuses_a_second_live_launch(tmp_path):
     if subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0:
       break
     __import__("time").sleep(0.1)
-  third = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, env={**env, "SLEEP": "0"},
-                         timeout=30)
+  third = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, env={**env, "SLEEP": "0"}, timeout=30)
   assert third.returncode == 0, third
   __import__("time").sleep(0.5)
   text = next((remote_dir / "logs" / "run").glob("*.log")).read_text()

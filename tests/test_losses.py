@@ -57,8 +57,10 @@ def np_hard_neg(img, pos, negs, valid, s):
 
 
 def np_token_ce(logits, targets, pad=0):
-  vals = [_ce(logits[b, t], targets[b, t]) for b in range(targets.shape[0]) for t in range(targets.shape[1])
-          if targets[b, t] != pad]
+  vals = [
+      _ce(logits[b, t], targets[b, t]) for b in range(targets.shape[0]) for t in range(targets.shape[1])
+      if targets[b, t] != pad
+  ]
   return np.mean(vals)
 
 

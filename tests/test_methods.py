@@ -77,14 +77,16 @@ def test_no_method_or_kind_names_in_the_generic_modules():
   for rel in ("train.py", "steps.py", "metrics.py", "data/pipeline.py", "data/samples.py"):
     with open(os.path.join(PKG, rel), encoding="utf-8") as f:
       toks = tokenize.generate_tokens(io.StringIO(f.read()).readline)
-      found = [(rel, t.start[0], t.string) for t in toks
-               if t.type == tokenize.STRING and t.string.strip("'\"") in names]
+      found = [(rel, t.start[0], t.string) for t in toks if t.type == tokenize.STRING and t.string.strip("'\"") in names
+              ]
     assert not found, found
 
 
 def test_console_line_shows_the_methods_terms(tmp_path):
-  values = {"loss": 1.0, "loss/clic_read": 1.0, "clic/cont": 2.0, "clic/acc_i2t": 0.5, "read/rec": 3.0,
-            "read/align": 4.0, "con/i2t": 5.0}
+  values = {
+      "loss": 1.0, "loss/clic_read": 1.0, "clic/cont": 2.0, "clic/acc_i2t": 0.5, "read/rec": 3.0, "read/align": 4.0,
+      "con/i2t": 5.0
+  }
   line = MetricWriter(str(tmp_path / "a"), 10, 8, console_terms=methods.get("clic_read").console_terms).line(1, values)
   assert "clic/cont 2.0000" in line and "read/rec 3.0000" in line and "read/align 4.0000" in line
   assert "acc_i2t" not in line and "con/i2t" not in line
@@ -97,8 +99,9 @@ def test_console_line_shows_the_methods_terms(tmp_path):
 
 # ------------------------------------------------------------------------------------------- losses by hand
 B, L, T = 4, 12, 9
-LOSS = ml_collections.ConfigDict(dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5,
-                                      align_direction="para_to_orig", t5_dropout=False))
+LOSS = ml_collections.ConfigDict(
+    dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5, align_direction="para_to_orig",
+         t5_dropout=False))
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +154,10 @@ def _f32(x):
 
 def test_clic_read_loss_is_clic_plus_reads_terms_by_hand(model):
   rng = np.random.default_rng(0)
-  batch = {"image": rng.integers(0, 256, (B, 32, 32, 3), dtype=np.uint8), "ids": _ids(rng, 5),
-           "neg_valid": np.array([True, False, True, True]), "t5_target": _targets(rng)}
+  batch = {
+      "image": rng.integers(0, 256, (B, 32, 32, 3), dtype=np.uint8), "ids": _ids(rng, 5),
+      "neg_valid": np.array([True, False, True, True]), "t5_target": _targets(rng)
+  }
   kind = methods.step_kind("clic_read")
   norm = kind.normalization(samples.SampleOptions(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   assert norm == (IMAGENET_MEAN, IMAGENET_STD)
@@ -175,8 +180,10 @@ def test_clic_read_loss_is_clic_plus_reads_terms_by_hand(model):
 def test_read_loss_by_hand(model):
   """READ's step: the decoder input is the target shifted right on device (was built by the pipeline)."""
   rng = np.random.default_rng(1)
-  batch = {"image": rng.integers(0, 256, (B, 32, 32, 3), dtype=np.uint8), "ids": _ids(rng, 4),
-           "neg_valid": rng.random((B, 3)) < 0.7, "para_ids": _ids(rng, 1)[:, 0], "t5_target": _targets(rng)}
+  batch = {
+      "image": rng.integers(0, 256, (B, 32, 32, 3), dtype=np.uint8), "ids": _ids(rng, 4), "neg_valid": rng.random(
+          (B, 3)) < 0.7, "para_ids": _ids(rng, 1)[:, 0], "t5_target": _targets(rng)
+  }
   kind = methods.step_kind("read")
   norm = kind.normalization(samples.SampleOptions(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm, LOSS)
@@ -185,8 +192,8 @@ def test_read_loss_by_hand(model):
   para = _unit(model.clip.encode_text(jnp.asarray(batch["para_ids"])))
   s = np.exp(float(model.clip.logit_scale[...]))
   logits = model.reconstruct(pooled[0], jnp.asarray(_shifted(batch["t5_target"])))
-  want, _ = losses.read_loss(_f32(img), _f32(np.concatenate(txt)), jnp.asarray(batch["neg_valid"]), _f32(para),
-                             logits, jnp.asarray(batch["t5_target"]), s, 0.1, 0.5)
+  want, _ = losses.read_loss(_f32(img), _f32(np.concatenate(txt)), jnp.asarray(batch["neg_valid"]), _f32(para), logits,
+                             jnp.asarray(batch["t5_target"]), s, 0.1, 0.5)
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
   assert {"read/con", "read/rec", "read/align"} <= set(m)
 

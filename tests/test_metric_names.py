@@ -25,23 +25,31 @@ def _events(tb_dir):
 
 
 def test_recall_at_k_and_other_illegal_characters_get_the_same_legal_name_in_both_logs(tmp_path, caplog):
-  names = {"eval/coco_retrieval/image_retrieval_recall@5": 0.25, "eval/zeroshot:cifar/acc1": 0.5, "loss": 1.0,
-           "eval/sugarcrepe/swap_att": 0.75}
-  w = MetricWriter(str(tmp_path), 10, 8, hparams={"method": "clic", "optim": {"lr": 1e-5, "trainable": ("a", "b")},
-                                                  "batch_size": 800, "data": {"clean_text": True}})
+  names = {
+      "eval/coco_retrieval/image_retrieval_recall@5": 0.25, "eval/zeroshot:cifar/acc1": 0.5, "loss": 1.0,
+      "eval/sugarcrepe/swap_att": 0.75
+  }
+  w = MetricWriter(
+      str(tmp_path), 10, 8, hparams={
+          "method": "clic", "optim": {"lr": 1e-5, "trainable": ("a", "b")}, "batch_size": 800,
+          "data": {"clean_text": True}
+      })
   with caplog.at_level(logging.WARNING):
     w.write(1, names, console=False)
   w.close()
   assert "illegal" not in caplog.text
   (line,) = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  want = {"eval/coco_retrieval/image_retrieval_recall_at_5", "eval/zeroshot_cifar/acc1", "loss",
-          "eval/sugarcrepe/swap_att"}
+  want = {
+      "eval/coco_retrieval/image_retrieval_recall_at_5", "eval/zeroshot_cifar/acc1", "loss", "eval/sugarcrepe/swap_att"
+  }
   assert set(line) - {"step"} == want
   events = _events(tmp_path / "tb")
   scalars = {v.tag for e in events for v in e.summary.value if v.HasField("simple_value")}
   assert scalars == want
-  plugins = {v.metadata.plugin_data.plugin_name: v for e in events for v in e.summary.value
-             if v.metadata.plugin_data.plugin_name}
+  plugins = {
+      v.metadata.plugin_data.plugin_name: v for e in events for v in e.summary.value
+      if v.metadata.plugin_data.plugin_name
+  }
   assert "hparams" in plugins
   blob = b"".join(v.metadata.plugin_data.content for e in events for v in e.summary.value
                   if v.metadata.plugin_data.plugin_name == "hparams")

@@ -11,9 +11,11 @@ from compclip_jax.data import negatives as neg
 from compclip_jax.data import samples
 from compclip_jax.data.negatives import Analysis, SpacyTagger
 
-CAPTIONS = ["a red shirt man on a gray horse", "two dogs playing with a yellow ball near the old fence",
-            "a woman in a blue dress holds a small white cat", "three cars parked beside a tall green tree",
-            "a child eating ice cream on a sunny beach", "the black bird sits above the wooden bench"]
+CAPTIONS = [
+    "a red shirt man on a gray horse", "two dogs playing with a yellow ball near the old fence",
+    "a woman in a blue dress holds a small white cat", "three cars parked beside a tall green tree",
+    "a child eating ice cream on a sunny beach", "the black bird sits above the wooden bench"
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +60,10 @@ def test_tagger_runs_the_full_pipeline(tagger):
   assert "ner" not in ident.rsplit(" / ", 1)[1].split("+")
   # Parser-dependent coarse tags (the attribute ruler reads the parse; real SugarCrepe captions): the parser-off
   # pipeline tags these "has" / "is" AUX and "This" DET.
-  a, b, c = tagger(["A cat has its front paws on a toilet seat.", "There is a platter with a salad on white linen.",
-                    "This is an advanced toilet with a sink and control panel."])
+  a, b, c = tagger([
+      "A cat has its front paws on a toilet seat.", "There is a platter with a salad on white linen.",
+      "This is an advanced toilet with a sink and control panel."
+  ])
   assert a.pos[a.tokens.index("has")] == "VERB" and b.pos[b.tokens.index("is")] == "VERB" and c.pos[0] == "PRON"
 
 
@@ -89,8 +93,8 @@ def test_shared_words_removed_tag_by_tag():
   candidate; across tags (the old rule, a switch) it is removed."""
   a = A("a red cat", "DET ADJ NOUN")
   b = A("the red of a dog", "DET NOUN ADP DET NOUN")
-  assert neg.cross_candidates(a, b) == (["NOUN"], {"ADJ": ["red"], "NOUN": ["cat"]},
-                                        {"NOUN": ["red", "dog"], "ADP": ["of"]})
+  assert neg.cross_candidates(a, b) == (["NOUN"], {"ADJ": ["red"],
+                                                   "NOUN": ["cat"]}, {"NOUN": ["red", "dog"], "ADP": ["of"]})
   # NOUN is the only common tag; w1 = cat; w2 = red or dog (1/2 each); join order 1/2.
   quarter = {("a red red. the cat of a dog.", neg.CROSS): 0.25, ("the cat of a dog. a red red.", neg.CROSS): 0.25,
              ("a red dog. the red of a cat.", neg.CROSS): 0.25, ("the red of a cat. a red dog.", neg.CROSS): 0.25}
@@ -121,19 +125,21 @@ def test_non_word_tokens_are_no_candidates():
   assert neg.eligible_words(a, exclude_nonword=False)["NOUN"] == ["-", "smile", "man"]
 
 
-@pytest.mark.parametrize("a,b,want", [
-    # identical captions: nothing left to cross-swap; the fallback swaps big/red inside either sentence (the same
-    # string both ways) and joins it with the other in random order
-    (A("a big red cat", "DET ADJ ADJ NOUN"), A("a big red cat", "DET ADJ ADJ NOUN"),
-     {("a red big cat. a big red cat.", neg.FALLBACK_SINGLE): 0.5,
-      ("a big red cat. a red big cat.", neg.FALLBACK_SINGLE): 0.5}),
-    # no common tag; b cannot swap inside itself, so whichever is tried first the swap is a's
-    (A("big red", "ADJ ADJ"), A("running", "VERB"),
-     {("red big. running.", neg.FALLBACK_SINGLE): 0.5, ("running. red big.", neg.FALLBACK_SINGLE): 0.5}),
-    # one-word captions: the cross swap only reorders them, nothing to swap inside → masked
-    (A("cat", "NOUN"), A("dog", "NOUN"), {(None, neg.NONE): 1.0}),
-    (A("!!!", "PUNCT"), A("...", "PUNCT"), {(None, neg.NONE): 1.0}),
-])
+@pytest.mark.parametrize(
+    "a,b,want",
+    [
+        # identical captions: nothing left to cross-swap; the fallback swaps big/red inside either sentence (the same
+        # string both ways) and joins it with the other in random order
+        (A("a big red cat", "DET ADJ ADJ NOUN"), A(
+            "a big red cat", "DET ADJ ADJ NOUN"), {("a red big cat. a big red cat.", neg.FALLBACK_SINGLE): 0.5,
+                                                   ("a big red cat. a red big cat.", neg.FALLBACK_SINGLE): 0.5}),
+        # no common tag; b cannot swap inside itself, so whichever is tried first the swap is a's
+        (A("big red", "ADJ ADJ"), A("running", "VERB"), {("red big. running.", neg.FALLBACK_SINGLE): 0.5,
+                                                         ("running. red big.", neg.FALLBACK_SINGLE): 0.5}),
+        # one-word captions: the cross swap only reorders them, nothing to swap inside → masked
+        (A("cat", "NOUN"), A("dog", "NOUN"), {(None, neg.NONE): 1.0}),
+        (A("!!!", "PUNCT"), A("...", "PUNCT"), {(None, neg.NONE): 1.0}),
+    ])
 def test_distribution_hand_cases(a, b, want):
   assert neg.clic_negative_distribution(a, b) == pytest.approx(want)
 
@@ -220,8 +226,10 @@ def test_read_candidate_groups():
         chunks=[(0, 3), (4, 7), (9, 10)], verb_phrases=[(7, 8), (7, 9)])
   groups = neg.read_candidate_groups(a)
   assert list(groups) == ["NOUN", "ADJ", "ADV", "chunk", "verb_phrase"]
-  assert groups == {"NOUN": [(2, 3), (6, 7)], "ADJ": [(1, 2), (5, 6)], "ADV": [(8, 9), (9, 10)],
-                    "chunk": [(0, 3), (4, 7)], "verb_phrase": [(7, 8), (7, 9)]}
+  assert groups == {
+      "NOUN": [(2, 3), (6, 7)], "ADJ": [(1, 2), (5, 6)], "ADV": [(8, 9), (9, 10)], "chunk": [(0, 3), (4, 7)],
+      "verb_phrase": [(7, 8), (7, 9)]
+  }
 
 
 def test_read_swap_is_the_references_token_splice():
@@ -280,8 +288,7 @@ def test_read_negatives_swap_group_members(tagger):
 
 def test_read_sample_counts_kinds_per_negative():
   a = A("a dog is running", "DET NOUN AUX VERB", verb_phrases=[(2, 4), (3, 4)])
-  rec = {"id": "x", "sentences": ["a dog is running"], "analysis": [a.to_json()],
-         "image": Image.new("RGB", (40, 40))}
+  rec = {"id": "x", "sentences": ["a dog is running"], "analysis": [a.to_json()], "image": Image.new("RGB", (40, 40))}
   rng = np.random.default_rng(0)
   s = samples.read_sample(rec, rng, None, samples.SampleOptions(image_size=32))
   assert s["neg_kind"] == [neg.READ_OVERLAP_NONE] * 3 and not s["neg_valid"].any()

@@ -36,12 +36,13 @@ def _kind(step, clip_every):
 def _pipes(src, tok, tagger, clip_every=1, process_index=0, process_count=1, num_epochs=1, seed=5):
   period = clip_every + 1
   shares = pl.interleave([_kind(g, clip_every) for g in range(period)])
-  return {k: pl.make_batches(src, pl.PipelineConfig(methods.step_kind(k), B, seed=seed, num_epochs=num_epochs,
-                                                    max_skip_fraction=0.5,
-                                                    options=samples.SampleOptions(image_size=32),
-                                                    period=period, slots=slots),
-                             tok, None, process_index, process_count, tagger)
-          for k, (period, slots) in shares.items()}
+  return {
+      k: pl.make_batches(
+          src,
+          pl.PipelineConfig(methods.step_kind(k), B, seed=seed, num_epochs=num_epochs, max_skip_fraction=0.5,
+                            options=samples.SampleOptions(image_size=32), period=period, slots=slots), tok, None,
+          process_index, process_count, tagger) for k, (period, slots) in shares.items()
+  }
 
 
 def _run(pipes, start, stop, clip_every=1):

@@ -42,9 +42,10 @@ def test_clic_rules(clip_shapes):
 
 def test_read_rules(clip_shapes):
   c = read.get_config()
-  paths = [f"clip.{p}" for p in clip_shapes] + ["proj.kernel", "decoder.shared.embedding",
-                                                 "decoder.decoder.block.0.layer.0.layer_norm.weight",
-                                                 "decoder.lm_head.kernel"]
+  paths = [f"clip.{p}" for p in clip_shapes] + [
+      "proj.kernel", "decoder.shared.embedding", "decoder.decoder.block.0.layer.0.layer_norm.weight",
+      "decoder.lm_head.kernel"
+  ]
   groups = optim.assign(paths, {"trainable": c.optim.trainable, "frozen": c.optim.frozen})
   assert {p for p, g in groups.items() if g == "frozen"} == {p for p in paths if p.startswith("decoder.")}
   trainable = [p for p, g in groups.items() if g == "trainable"]
@@ -84,8 +85,8 @@ def test_adamw_matches_torch(clip):
   torch.optim.AdamW (+ clip_grad_norm_) over a few steps with gradients of varying size."""
   rng = np.random.default_rng(0)
   w = {"kernel": rng.standard_normal((4, 3)).astype(np.float32), "bias": rng.standard_normal(3).astype(np.float32)}
-  grads = [{k: (rng.standard_normal(v.shape) * 10 ** (i - 2)).astype(np.float32) for k, v in w.items()}
-           for i in range(5)]
+  noise = lambda v, i: (rng.standard_normal(v.shape) * 10 ** (i - 2)).astype(np.float32)
+  grads = [{k: noise(v, i) for k, v in w.items()} for i in range(5)]
   cfg = ml_collections.ConfigDict(dict(b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=clip))
   tx = optim.make_optimizer(lambda _: 1e-2, {"kernel": True, "bias": False}, cfg)
   p = jax.tree.map(jnp.asarray, w)

@@ -69,6 +69,8 @@ def test_pyproject_lists_every_package():
   import tomllib
   with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
     listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
-  found = {os.path.relpath(d, ROOT).replace(os.sep, ".") for d, _, fs in os.walk(os.path.join(ROOT, "compclip_jax"))
-           if "__init__.py" in fs}
+  found = {
+      os.path.relpath(d, ROOT).replace(os.sep, ".") for d, _, fs in os.walk(os.path.join(ROOT, "compclip_jax"))
+      if "__init__.py" in fs
+  }
   assert found | {"compclip_jax._configs"} == listed

@@ -31,8 +31,9 @@ def test_alpha_is_dropped_not_composited():
   # premultiplied_alpha=False (data.alpha_premultiplied_resize=False): alpha dropped before resizing; the default
   # (resize with alpha, as open_clip's eval transform) is tested in test_images_alpha.py
   rgba = _image(50, 60, "RGBA")
-  np.testing.assert_array_equal(Preprocess(32).resize_crop(rgba, premultiplied_alpha=False),
-                                Preprocess(32).resize_crop(rgba.convert("RGB")))
+  np.testing.assert_array_equal(
+      Preprocess(32).resize_crop(rgba, premultiplied_alpha=False),
+      Preprocess(32).resize_crop(rgba.convert("RGB")))
   assert not np.array_equal(Preprocess(32).resize_crop(rgba), Preprocess(32).resize_crop(rgba.convert("RGB")))
 
 
@@ -77,8 +78,7 @@ def test_resize_edge_and_crop_size_follow_clip_image_processor(tmp_path, h, w, e
 def test_a_preprocessor_config_we_cannot_follow_is_refused(tmp_path):
   import json
   for d, match in (({"crop_size": {"height": 224, "width": 200}}, "not square"),
-                   ({"size": {"height": 224, "width": 224}}, "size"),
-                   ({"do_center_crop": False}, "do_center_crop"),
+                   ({"size": {"height": 224, "width": 224}}, "size"), ({"do_center_crop": False}, "do_center_crop"),
                    ({"crop_size": 336}, "crop size 336 differs from the model's image_size 224")):
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match=match):

@@ -14,13 +14,15 @@ import pytest
 from compclip_jax import cli, runinfo
 from configs import clic, read
 
-SHAPES = {"text_model.embeddings.token_embedding.embedding": ((49408, 64), "float32"),
-          "vision_model.embeddings.position_embedding.embedding": ((17, 64), "float32")}
+SHAPES = {
+    "text_model.embeddings.token_embedding.embedding": ((49408, 64), "float32"),
+    "vision_model.embeddings.position_embedding.embedding": ((17, 64), "float32")
+}
 
 
 def _describe(c, shapes=None, trainable=("text_model.embeddings.token_embedding.embedding",), records=64, total=6):
-  return runinfo.describe(c.to_dict(), param_shapes=shapes or SHAPES, trainable=list(trainable),
-                          data_records=records, total_steps=total)
+  return runinfo.describe(c.to_dict(), param_shapes=shapes or SHAPES, trainable=list(trainable), data_records=records,
+                          total_steps=total)
 
 
 def test_identical_configs_have_no_differences_and_neutral_keys_are_ignored():

@@ -62,9 +62,7 @@ def test_whatsup_pair_and_set_counting():
 
 def test_recall_at_k_by_hand():
   # 3 images, 4 captions: captions 0,1 → image 0; 2 → image 1; 3 → image 2
-  sim = np.array([[0.9, 0.1, 0.3, 0.5],
-                  [0.8, 0.7, 0.6, 0.5],
-                  [0.1, 0.2, 0.9, 0.5]])
+  sim = np.array([[0.9, 0.1, 0.3, 0.5], [0.8, 0.7, 0.6, 0.5], [0.1, 0.2, 0.9, 0.5]])
   r = scorers.recall_at_k(sim, [0, 0, 1, 2], ks=(1, 2))
   # t2i: c0 → image 0 top (0.9) ✓@1; c1 → image 1 (0.7) beats image 0 (0.1) ✗@1 ✗@2 (ranks: 0.7, 0.2, 0.1 → 3rd)
   # c2 → image 2 (0.9) beats image 1 (0.6) ✗@1, ✓@2; c3 → all 0.5: strict ties → rank 2 → ✗@1 ✗@2

@@ -147,10 +147,13 @@ def test_cached_analyses_are_what_the_tagger_computes(tmp_path):
 
 
 def test_make_source_reads_the_config(tmp_path):
-  d = ml_collections.ConfigDict(dict(source="synthetic", path="", image_root="", paraphrases="", splits=("train",),
-                                     synthetic_size=0, synthetic_format="tsv", any_image_format=False))
-  assert sources.config_errors(d) == ["data.synthetic_size 0: the synthetic world needs ≥ 1 scene",
-                                      "data.synthetic_format 'tsv': use one of ('csv', 'coco')"]
+  d = ml_collections.ConfigDict(
+      dict(source="synthetic", path="", image_root="", paraphrases="", splits=("train",), synthetic_size=0,
+           synthetic_format="tsv", any_image_format=False))
+  assert sources.config_errors(d) == [
+      "data.synthetic_size 0: the synthetic world needs ≥ 1 scene",
+      "data.synthetic_format 'tsv': use one of ('csv', 'coco')"
+  ]
   d.synthetic_size, d.synthetic_format = 16, "csv"
   assert sources.config_errors(d) == []
   src = sources.make_source(d, str(tmp_path), seed=2)  # default place: <workdir>/world
@@ -159,8 +162,8 @@ def test_make_source_reads_the_config(tmp_path):
 
 
 def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
-  e = ml_collections.ConfigDict(dict(source="synthetic", benchmarks=("sugarcrepe",), data_dir="", image_dir="",
-                                     synthetic_size=12))
+  e = ml_collections.ConfigDict(
+      dict(source="synthetic", benchmarks=("sugarcrepe",), data_dir="", image_dir="", synthetic_size=12))
   assert evaluation.config_errors(e) == []
   met = []
   data_dir, image_dir = evaluation.benchmark_dirs(e, str(tmp_path), seed=3, barrier=met.append)
@@ -177,8 +180,9 @@ def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
   e.synthetic_size = 13
   with pytest.raises(ValueError, match="size 12"):
     evaluation.benchmark_dirs(e, str(tmp_path), seed=3)
-  files_cfg = ml_collections.ConfigDict(dict(source="files", benchmarks=("sugarcrepe",), data_dir=str(tmp_path / "no"),
-                                             image_dir=image_dir, synthetic_size=0))
+  files_cfg = ml_collections.ConfigDict(
+      dict(source="files", benchmarks=("sugarcrepe",), data_dir=str(tmp_path / "no"), image_dir=image_dir,
+           synthetic_size=0))
   assert evaluation.config_errors(files_cfg) == [f"evals.data_dir {str(tmp_path / 'no')!r} is not a directory"]
 
 
@@ -198,8 +202,9 @@ def test_bundled_t5_tokenizer_covers_every_sentence_of_a_world(tmp_path):
     for r in json.load(open(os.path.join(bench["data_dir"], "sugarcrepe_pp", name))):
       sentences += [r["caption"], r["caption2"], r["negative_caption"]]
   for name in os.listdir(os.path.join(bench["data_dir"], "sugarcrepe")):
-    sentences += [r["negative_caption"] for r in json.load(open(os.path.join(bench["data_dir"], "sugarcrepe",
-                                                                            name))).values()]
+    sentences += [
+        r["negative_caption"] for r in json.load(open(os.path.join(bench["data_dir"], "sugarcrepe", name))).values()
+    ]
   sentences = sorted(set(sentences))
   assert len(sentences) > 1000
   for s in sentences:

@@ -55,8 +55,8 @@ def test_large_width_decoder_parity(tmp_path):
 
 def test_relative_buckets_match_transformers():
   rel = np.arange(-300, 300)[None, :]
-  ref = modeling_t5.T5Attention._relative_position_bucket(torch.as_tensor(rel), bidirectional=False,
-                                                           num_buckets=32, max_distance=128).numpy()
+  ref = modeling_t5.T5Attention._relative_position_bucket(torch.as_tensor(rel), bidirectional=False, num_buckets=32,
+                                                          max_distance=128).numpy()
   np.testing.assert_array_equal(np.asarray(relative_position_bucket(rel, 32, 128)), ref)
 
 
@@ -75,8 +75,7 @@ def test_dropout_only_when_asked(tmp_path):
 def test_shift_right_matches_transformers():
   labels = np.array([[5, 6, 7, 1], [8, 1, -100, -100]])
   model = _random_v11(32, 8, 48, 4, 1, 128)
-  np.testing.assert_array_equal(np.asarray(shift_right(labels)),
-                                model._shift_right(torch.as_tensor(labels)).numpy())
+  np.testing.assert_array_equal(np.asarray(shift_right(labels)), model._shift_right(torch.as_tensor(labels)).numpy())
 
 
 def test_original_t5_config_is_refused(tmp_path):

@@ -9,12 +9,27 @@ import transformers
 
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 
-EDGE_CASES = ["", "a", "A photo of a CAT", "  multiple   spaces\tand\nnewlines  ", "café naïve façade",
-              "emoji 🙂 and ümlaut", "numbers 12345 and 3.14", "punctuation!!! ... ?!", "it's don't we'll they'd",
-              "a dog. a cat.", "red-shirt man, gray horse; 'quoted' \"double\"", "x " * 200,
-              # text cleaning (both backends clean before BPE): entities, curly quotes, mojibake, odd whitespace
-              "tom &amp; jerry &amp;amp; co", "“curly” ‘quotes’", "cafÃ© crÃ¨me", "non\xa0breaking\u2009space",
-              "&lt;b&gt; &#39;x&#39;", "ﬁsh ＡＢＣ"]
+EDGE_CASES = [
+    "",
+    "a",
+    "A photo of a CAT",
+    "  multiple   spaces\tand\nnewlines  ",
+    "café naïve façade",
+    "emoji 🙂 and ümlaut",
+    "numbers 12345 and 3.14",
+    "punctuation!!! ... ?!",
+    "it's don't we'll they'd",
+    "a dog. a cat.",
+    "red-shirt man, gray horse; 'quoted' \"double\"",
+    "x " * 200,
+    # text cleaning (both backends clean before BPE): entities, curly quotes, mojibake, odd whitespace
+    "tom &amp; jerry &amp;amp; co",
+    "“curly” ‘quotes’",
+    "cafÃ© crÃ¨me",
+    "non\xa0breaking\u2009space",
+    "&lt;b&gt; &#39;x&#39;",
+    "ﬁsh ＡＢＣ"
+]
 
 
 def _bytes_to_unicode():
@@ -96,12 +111,13 @@ def test_truncation_forces_eot_last_and_pads():
 
 def test_t5_tokenizer_matches_transformers(tmp_path):
   import sentencepiece as spm
-  corpus = [f"a {c} {s} is {r} a {c2} {s2}" for c in ("red", "blue", "green", "small", "large")
-            for s in ("cube", "ball", "cone") for r in ("left of", "right of", "above", "below")
-            for c2 in ("gray", "yellow") for s2 in ("horse", "man")]
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp_path / "spiece"),
-                                 vocab_size=30, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram",
-                                 minloglevel=2)
+  corpus = [
+      f"a {c} {s} is {r} a {c2} {s2}" for c in ("red", "blue", "green", "small", "large")
+      for s in ("cube", "ball", "cone") for r in ("left of", "right of", "above", "below") for c2 in ("gray", "yellow")
+      for s2 in ("horse", "man")
+  ]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp_path / "spiece"), vocab_size=30,
+                                 pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram", minloglevel=2)
   ours = T5Tokenizer(str(tmp_path / "spiece.model"))
   ref = transformers.T5Tokenizer.from_pretrained(str(tmp_path), extra_ids=0)
   texts = corpus[:20] + ["a red cube " * 30, "unseen words: zebra!"]
@@ -168,8 +184,10 @@ def _open_clip_clean(text):
 def test_plain_ascii_fast_path_equals_ftfy(benchmarks_dir):
   from compclip_jax.data.tokenizers import clean_text
   rng = np.random.default_rng(0)
-  alphabet = [chr(c) for c in range(32, 127)] + ["\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x00", "\x7f",
-                                                 "\x1b[31m", "&amp;", "&#39;", "<b>", "é", "Ã©", "“", "\u2028"]
+  alphabet = [chr(c) for c in range(32, 127)] + [
+      "\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x00", "\x7f", "\x1b[31m", "&amp;", "&#39;", "<b>", "é", "Ã©",
+      "“", "\u2028"
+  ]
   texts = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 60)))) for _ in range(3000)]
   texts += _captions(benchmarks_dir)[:4000]
   bad = [t for t in texts if clean_text(t) != _open_clip_clean(t)]
@@ -192,4 +210,4 @@ def test_builtin_tokenizer_is_built_on_first_use_with_openais_special_ids(monkey
   assert (tokenizers.SOT_ID, tokenizers.EOT_ID) == (backend.start_of_text(), backend.end_of_text())
   for row, text in zip(ids, ["a red cube left of a ball", "two dogs"]):
     want = [backend.start_of_text(), *backend.encode(text), backend.end_of_text()]
-    assert list(row[: len(want)]) == want and not row[len(want):].any()
+    assert list(row[:len(want)]) == want and not row[len(want):].any()

@@ -49,9 +49,12 @@ def test_runlocal_trains_and_exports(tmp_path, method):
 @pytest.mark.parametrize("method", sorted(CONFIGS))
 def test_overfit_a_small_fixed_set(tmp_path, method):
   """8 records, batch 8: every batch holds the same images, so the loss must fall clearly."""
-  c = _cfg(method, **{"data.synthetic_size": 8, "total_steps": 40, "log_every": 1, "checkpoint.every_steps": 100,
-                      "optim.lr": 1e-3, "optim.start_lr": 1e-3, "optim.end_lr": 1e-3, "optim.warmup_frac": 0.01,
-                      "optim.warmup_steps": 1, "optim.schedule": "constant", "optim.weight_decay": 0.0})
+  c = _cfg(
+      method, **{
+          "data.synthetic_size": 8, "total_steps": 40, "log_every": 1, "checkpoint.every_steps": 100, "optim.lr": 1e-3,
+          "optim.start_lr": 1e-3, "optim.end_lr": 1e-3, "optim.warmup_frac": 0.01, "optim.warmup_steps": 1,
+          "optim.schedule": "constant", "optim.weight_decay": 0.0
+      })
   if method == "clic":
     c.optim.trainable = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
   train.run(c, str(tmp_path))
@@ -81,11 +84,12 @@ def test_frozen_parameters_are_untouched_and_stateless(tmp_path):
 
 
 def _main(workdir, *extra, method="clic", env=None, **kw):
-  return subprocess.Popen([sys.executable, "-m", "compclip_jax.main", f"--config=configs/{method}.py:runlocal",
-                           f"--workdir={workdir}", "--config.total_steps=10", "--config.checkpoint.every_steps=2",
-                           "--config.log_every=1", "--config.evals.benchmarks=()", *extra], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT, **(env or {})},
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+  return subprocess.Popen([
+      sys.executable, "-m", "compclip_jax.main", f"--config=configs/{method}.py:runlocal", f"--workdir={workdir}",
+      "--config.total_steps=10", "--config.checkpoint.every_steps=2", "--config.log_every=1",
+      "--config.evals.benchmarks=()", *extra
+  ], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, **kw)
 
 
 @pytest.mark.slow
@@ -124,8 +128,9 @@ def _wait_for_step(run, metrics, after: int):
   deadline = time.time() + 600
   while time.time() < deadline:  # the loop is running past `after`
     assert run.poll() is None, run.communicate()[0][-3000:]
-    if metrics.exists() and any(json.loads(x).get("step", 0) > after and "lr" in x
-                                for x in metrics.read_text().splitlines()[-3:] if x.endswith("}")):
+    if metrics.exists() and any(
+        json.loads(x).get("step", 0) > after and "lr" in x
+        for x in metrics.read_text().splitlines()[-3:] if x.endswith("}")):
       return
     time.sleep(0.2)
   raise TimeoutError(metrics)
@@ -164,11 +169,15 @@ def test_two_processes_match_one(tmp_path):
   """jax.distributed on 127.0.0.1: 2 processes × 4 CPU devices train 3 steps like 1 process × 8 devices."""
   import portpicker
   port = portpicker.pick_unused_port()
-  env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
-         "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
-  procs = [_main(tmp_path / "two", "--config.total_steps=3", "--config.checkpoint.every_steps=3",
-                 f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}", env=env)
-           for i in range(2)]
+  env = {
+      "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+      "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"
+  }
+  procs = [
+      _main(tmp_path / "two", "--config.total_steps=3", "--config.checkpoint.every_steps=3",
+            f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}", env=env)
+      for i in range(2)
+  ]
   outs = [p.communicate(timeout=600)[0] for p in procs]
   assert all(p.returncode == 0 for p in procs), outs
   one = _main(tmp_path / "one", "--config.total_steps=3", "--config.checkpoint.every_steps=3",
@@ -189,9 +198,11 @@ def test_two_processes_match_one(tmp_path):
 
 
 def test_config_errors_are_reported_before_compiling(tmp_path):
-  c = _cfg("read", **{"model.random": "", "model.init": str(tmp_path / "nope"), "batch_size": 7,
-                      "data.source": "coco", "t5.random": False, "data.path": str(tmp_path / "rows.csv"),
-                      "model.frozen_dtype": "fp8"})
+  c = _cfg(
+      "read", **{
+          "model.random": "", "model.init": str(tmp_path / "nope"), "batch_size": 7, "data.source": "coco",
+          "t5.random": False, "data.path": str(tmp_path / "rows.csv"), "model.frozen_dtype": "fp8"
+      })
   with pytest.raises(train.ConfigError) as e:
     train.run(c, str(tmp_path))
   msg = str(e.value)
@@ -199,16 +210,20 @@ def test_config_errors_are_reported_before_compiling(tmp_path):
                  "batch_size 7 is not divisible by the 8 devices"):
     assert needle in msg, needle
   assert not (tmp_path / "checkpoints").exists()
-  out = subprocess.run([sys.executable, "-m", "compclip_jax.main", "--config=configs/clic.py:runlocal",
-                        f"--workdir={tmp_path}", "--config.model.no_such_key=1"], cwd=ROOT, capture_output=True,
-                       text=True, env={**os.environ, "PYTHONPATH": ROOT})
+  out = subprocess.run([
+      sys.executable, "-m", "compclip_jax.main", "--config=configs/clic.py:runlocal", f"--workdir={tmp_path}",
+      "--config.model.no_such_key=1"
+  ], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
   assert out.returncode != 0 and "no_such_key" in out.stderr
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   train.run(_cfg("clip", **{"total_steps": 2, "checkpoint.every_steps": 2}), str(tmp_path))
-  bad = _cfg("clip", **{"total_steps": 6, "checkpoint.every_steps": 2, "log_every": 1, "optim.lr": float("nan"),
-                        "optim.schedule": "constant"})
+  bad = _cfg(
+      "clip", **{
+          "total_steps": 6, "checkpoint.every_steps": 2, "log_every": 1, "optim.lr": float("nan"),
+          "optim.schedule": "constant"
+      })
   from compclip_jax.metrics import NonFiniteLoss
   # step 3's update already made the parameters NaN (its loss was still finite): stopped there, not a step later
   with pytest.raises(NonFiniteLoss, match="param_norm is nan at step 3"):
@@ -219,8 +234,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 def test_inf_parameters_with_a_finite_loss_are_not_checkpointed(tmp_path):
   """lr 1e30: step 1's loss is finite (computed before the update) but its parameters are ±1e30, their norm Inf.
   Before, checkpoint 1 held that diverged state."""
-  c = _cfg("clip", **{"total_steps": 2, "checkpoint.every_steps": 1, "log_every": 100, "optim.lr": 1e30,
-                      "optim.schedule": "constant"})
+  c = _cfg(
+      "clip", **{
+          "total_steps": 2, "checkpoint.every_steps": 1, "log_every": 100, "optim.lr": 1e30,
+          "optim.schedule": "constant"
+      })
   from compclip_jax.metrics import NonFiniteLoss
   with pytest.raises(NonFiniteLoss, match="param_norm is inf at step 1"):
     train.run(c, str(tmp_path))
@@ -277,8 +295,8 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
   steps_logged = [m["step"] for m in _metrics(tmp_path) if "lr" in m]
   assert steps_logged == [2, 4, 5, 6, 7, 8]  # resumed after step 3; the first run's 4 and 6 moved aside
   aside = os.listdir(tmp_path / "checkpoints_unrestorable")  # the corrupt step 6 is kept, not deleted
-  assert len(aside) == 1 and aside[0].startswith("6.") and sorted(os.listdir(tmp_path / "checkpoints_unrestorable" /
-                                                                            aside[0])) == ["6", "step_6.process_0.json"]
+  assert len(aside) == 1 and aside[0].startswith("6.") and sorted(
+      os.listdir(tmp_path / "checkpoints_unrestorable" / aside[0])) == ["6", "step_6.process_0.json"]
 
 
 def _losses(workdir):
@@ -307,19 +325,24 @@ def test_read_initialised_from_hf_clip_and_t5_directories(tmp_path):
   from tests import hf_fixtures as fx
   fx.random_hf_clip(fx.hf_clip_config()).save_pretrained(tmp_path / "clip")
   t5_dir = tmp_path / "t5"
-  corpus = [f"a {c} {s} left of a {d} {t}" for c in ("red", "blue", "green") for s in ("square", "circle")
-            for d in ("white", "black") for t in ("triangle", "square")]
+  corpus = [
+      f"a {c} {s} left of a {d} {t}" for c in ("red", "blue", "green") for s in ("square", "circle")
+      for d in ("white", "black") for t in ("triangle", "square")
+  ]
   t5_dir.mkdir()
   spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(t5_dir / "spiece"), vocab_size=40,
                                  hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
   torch.manual_seed(0)
-  t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(
-      vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_decoder_layers=2, num_heads=4,
-      feed_forward_proj="gated-gelu", tie_word_embeddings=False))
+  t5 = transformers.T5ForConditionalGeneration(
+      transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_decoder_layers=2, num_heads=4,
+                            feed_forward_proj="gated-gelu", tie_word_embeddings=False))
   t5.lm_head.weight = torch.nn.Parameter(torch.randn(64, 32))
   t5.save_pretrained(t5_dir)
-  c = _cfg("read", **{"model.random": "", "model.init": str(tmp_path / "clip"), "t5.init": str(t5_dir),
-                      "total_steps": 2, "log_every": 1})
+  c = _cfg(
+      "read", **{
+          "model.random": "", "model.init": str(tmp_path / "clip"), "t5.init": str(t5_dir), "total_steps": 2,
+          "log_every": 1
+      })
   last = train.run(c, str(tmp_path / "work"))
   assert np.isfinite(last["loss"]) and np.isfinite(last["read/rec"])
 

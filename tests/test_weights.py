@@ -47,19 +47,21 @@ def _embed(model, batch):
 def _hf_to_open_clip(sd, n_text, n_vision):
   """An independent HF → open_clip conversion (the test's second implementation of METHODS §4's name facts)."""
   sd = {k: v.detach().clone() for k, v in sd.items()}
-  oc = {"token_embedding.weight": sd["text_model.embeddings.token_embedding.weight"],
-        "positional_embedding": sd["text_model.embeddings.position_embedding.weight"],
-        "ln_final.weight": sd["text_model.final_layer_norm.weight"],
-        "ln_final.bias": sd["text_model.final_layer_norm.bias"],
-        "text_projection": sd["text_projection.weight"].T.contiguous(), "logit_scale": sd["logit_scale"],
-        "visual.class_embedding": sd["vision_model.embeddings.class_embedding"],
-        "visual.conv1.weight": sd["vision_model.embeddings.patch_embedding.weight"],
-        "visual.positional_embedding": sd["vision_model.embeddings.position_embedding.weight"],
-        "visual.ln_pre.weight": sd["vision_model.pre_layrnorm.weight"],
-        "visual.ln_pre.bias": sd["vision_model.pre_layrnorm.bias"],
-        "visual.ln_post.weight": sd["vision_model.post_layernorm.weight"],
-        "visual.ln_post.bias": sd["vision_model.post_layernorm.bias"],
-        "visual.proj": sd["visual_projection.weight"].T.contiguous()}
+  oc = {
+      "token_embedding.weight": sd["text_model.embeddings.token_embedding.weight"],
+      "positional_embedding": sd["text_model.embeddings.position_embedding.weight"],
+      "ln_final.weight": sd["text_model.final_layer_norm.weight"],
+      "ln_final.bias": sd["text_model.final_layer_norm.bias"],
+      "text_projection": sd["text_projection.weight"].T.contiguous(), "logit_scale": sd["logit_scale"],
+      "visual.class_embedding": sd["vision_model.embeddings.class_embedding"],
+      "visual.conv1.weight": sd["vision_model.embeddings.patch_embedding.weight"],
+      "visual.positional_embedding": sd["vision_model.embeddings.position_embedding.weight"],
+      "visual.ln_pre.weight": sd["vision_model.pre_layrnorm.weight"],
+      "visual.ln_pre.bias": sd["vision_model.pre_layrnorm.bias"],
+      "visual.ln_post.weight": sd["vision_model.post_layernorm.weight"],
+      "visual.ln_post.bias": sd["vision_model.post_layernorm.bias"],
+      "visual.proj": sd["visual_projection.weight"].T.contiguous()
+  }
   for hf_tower, oc_tower, n in (("text_model", "", n_text), ("vision_model", "visual.", n_vision)):
     for i in range(n):
       h, o = f"{hf_tower}.encoder.layers.{i}.", f"{oc_tower}transformer.resblocks.{i}."
@@ -73,11 +75,11 @@ def _hf_to_open_clip(sd, n_text, n_vision):
   return oc
 
 
-TINY_OPEN_CLIP_CFG = {"embed_dim": 32, "quick_gelu": True,
-                      "vision_cfg": {"image_size": 32, "layers": 2, "width": 48, "patch_size": 8, "head_width": 16,
-                                     "mlp_ratio": 2.0},
-                      "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 4, "layers": 2,
-                                   "mlp_ratio": 2.0}}
+TINY_OPEN_CLIP_CFG = {
+    "embed_dim": 32, "quick_gelu": True,
+    "vision_cfg": {"image_size": 32, "layers": 2, "width": 48, "patch_size": 8, "head_width": 16, "mlp_ratio": 2.0},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 4, "layers": 2, "mlp_ratio": 2.0}
+}
 
 
 @pytest.fixture()
@@ -146,8 +148,7 @@ def test_compclip_format_keeps_dtypes(hf_dir, batch, tmp_path):
     np.testing.assert_array_equal(a[k], b[k])
 
 
-@pytest.mark.parametrize("suffix,wrap", [(".bin", "state_dict+module."), (".pt", "module.model."),
-                                         (".pth", "none")])
+@pytest.mark.parametrize("suffix,wrap", [(".bin", "state_dict+module."), (".pt", "module.model."), (".pth", "none")])
 def test_torch_pickles_with_wrappers(open_clip_file, batch, tmp_path, suffix, wrap):
   path, oc = open_clip_file
   ref, _, _ = load_clip(str(path))
@@ -274,16 +275,17 @@ def test_a_bare_open_clip_state_dict_asks_for_its_activation(open_clip_file, tmp
 def test_a_bare_state_dict_of_unknown_shapes_is_refused_not_guessed(open_clip_file, tmp_path):
   """Text width 64 with 4 heads (a ÷64 guess says 1) and vision width 48 (÷64 gave ZeroDivisionError)."""
   from compclip_jax.weights.open_clip import ArchitectureUnknownError
-  with pytest.raises(ArchitectureUnknownError, match=r"(?s)attention heads is not recorded.*text.width 64.*"
-                                                     r"vision.width 48.*model_name=.*ViT-H-14.*open_clip_config.json"):
+  with pytest.raises(
+      ArchitectureUnknownError, match=r"(?s)attention heads is not recorded.*text.width 64.*"
+      r"vision.width 48.*model_name=.*ViT-H-14.*open_clip_config.json"):
     load_clip(str(_bare_open_clip(tmp_path, open_clip_file[1])), activation="quick_gelu")
 
 
 def test_a_shape_matched_builtin_gives_the_heads_and_says_so(open_clip_file, hf_model, batch, tmp_path, monkeypatch,
                                                              caplog):
   from compclip_jax.models import clip_config
-  monkeypatch.setitem(clip_config.OPEN_CLIP_MODELS, "Tiny-Test", {k: v for k, v in TINY_OPEN_CLIP_CFG.items()
-                                                                  if k != "quick_gelu"})
+  monkeypatch.setitem(clip_config.OPEN_CLIP_MODELS, "Tiny-Test",
+                      {k: v for k, v in TINY_OPEN_CLIP_CFG.items() if k != "quick_gelu"})
   with caplog.at_level("WARNING"):
     model, _, _ = load_clip(str(_bare_open_clip(tmp_path, open_clip_file[1])), activation="quick_gelu")
   assert "matches the built-in Tiny-Test" in caplog.text and "(text 4, vision 3)" in caplog.text
@@ -293,8 +295,10 @@ def test_a_shape_matched_builtin_gives_the_heads_and_says_so(open_clip_file, hf_
 
 
 # open_clip's published model profile (docs/model_profile.csv): total / image / text parameters in millions.
-OPEN_CLIP_PROFILE = {"ViT-B-32": (151.28, 87.85, 63.43), "ViT-H-14": (986.11, 632.08, 354.03),
-                     "ViT-g-14": (1366.68, 1012.65, 354.03), "ViT-bigG-14": (2539.57, 1844.91, 694.66)}
+OPEN_CLIP_PROFILE = {
+    "ViT-B-32": (151.28, 87.85, 63.43), "ViT-H-14": (986.11, 632.08, 354.03), "ViT-g-14": (1366.68, 1012.65, 354.03),
+    "ViT-bigG-14": (2539.57, 1844.91, 694.66)
+}
 # open_clip's model_configs: vision head_width, text heads
 OPEN_CLIP_HEADS = {"ViT-B-32": (64, 8), "ViT-H-14": (80, 16), "ViT-g-14": (88, 16), "ViT-bigG-14": (104, 20)}
 
@@ -369,8 +373,9 @@ def test_hf_export_with_the_builtin_tokenizer_loads_in_clip_processor(hf_dir, tm
   model, tok, pre = load_clip(str(hf_dir))
   assert tok.backend == "instant-clip-tokenizer" and pre.resize == 40
   written = save_clip(model, str(tmp_path / "out"), format="hf", tokenizer=tok, preprocess=pre)
-  assert {os.path.basename(p) for p in written} >= {"vocab.json", "merges.txt", "tokenizer_config.json",
-                                                    "special_tokens_map.json", "preprocessor_config.json"}
+  assert {os.path.basename(p) for p in written} >= {
+      "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "preprocessor_config.json"
+  }
   proc = transformers.CLIPProcessor.from_pretrained(tmp_path / "out")
   caps = sorted(set(_sugarcrepe_captions()))
   same = [c for c in caps if clean_text(c) == normalize_whitespace(c).lower()]
@@ -409,7 +414,6 @@ OPEN_CLIP_SKIP = (
     "also break transformers' image processors. `pip install --no-deps open_clip_torch==3.3.0` enables this test: "
     "it runs open_clip in a subprocess with a torchvision stand-in (tests/open_clip_stub).")
 
-
 OPEN_CLIP_VERSION = "open_clip_torch==3.3.0"
 
 
@@ -420,8 +424,10 @@ def _open_clip_site(tmp_path) -> str | None:
   if importlib.util.find_spec("open_clip") is not None:
     return ""
   target = tmp_path / "open_clip_site"
-  proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-                         OPEN_CLIP_VERSION], capture_output=True, text=True, timeout=600)
+  proc = subprocess.run([
+      sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+      str(target), OPEN_CLIP_VERSION
+  ], capture_output=True, text=True, timeout=600)
   return str(target) if proc.returncode == 0 else None
 
 
@@ -436,9 +442,13 @@ def test_open_clip_itself_loads_our_export(hf_model, batch, tmp_path):
   ids, px = batch
   np.savez(tmp_path / "in.npz", ids=ids, px=px)
   stub = os.path.join(ROOT, "tests", "open_clip_stub")
-  proc = subprocess.run([sys.executable, os.path.join(stub, "load_export.py"), str(tmp_path / "oc"),
-                         str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True,
-                        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (stub, site) if p)},
+  proc = subprocess.run([
+      sys.executable,
+      os.path.join(stub, "load_export.py"),
+      str(tmp_path / "oc"),
+      str(tmp_path / "in.npz"),
+      str(tmp_path / "out.npz")
+  ], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (stub, site) if p)},
                         cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = np.load(tmp_path / "out.npz")
@@ -460,6 +470,7 @@ def test_load_clip_builds_the_model_from_the_config_without_tracing(hf_dir, batc
 
   def refuse(*a, **k):
     raise AssertionError("load_clip traced the model")
+
   monkeypatch.setattr(nnx, "eval_shape", refuse)
   monkeypatch.setattr(jax, "eval_shape", refuse)
   model, _, _ = load_clip(str(hf_dir))
@@ -478,7 +489,6 @@ def test_an_hf_config_without_eos_token_id_pools_as_transformers_does(tmp_path, 
   model, _, _ = load_clip(str(tmp_path / "m"))
   ids = fx.varied_ids(4, 77, 1000, 999, 0, seed=6)
   np.testing.assert_allclose(np.asarray(model.encode_text(ids)), fx.hf_text(ref, ids), atol=1e-4, rtol=0)
-
 
 
 def test_repeated_loads_share_the_template_not_the_parameters(hf_dir, batch):
@@ -542,8 +552,8 @@ def test_parameter_paths_are_nnx_own():
   from compclip_jax.weights import params
   for model in (CLIP(clip_config.tiny(), rngs=ShapeOnlyRngs()),
                 params.abstract(lambda: T5Decoder(T5Config.v1_1(32, 2, 64), DTypes(), rngs=nnx.Rngs(0)))):
-    want = {".".join(map(str, p)): tuple(v.get_value().shape)
-            for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    want = {".".join(map(str, p)): tuple(v.get_value().shape) for p, v in flat}
     assert params.shapes(model) == want
     assert [p for p, _ in params.variables(model)] and len(params.variables(model)) == len(want)
 
@@ -555,8 +565,8 @@ def test_a_bf16_tower_holds_the_checkpoint_rounded_as_torch_rounds(hf_dir):
   sd = safetensors.torch.load_file(hf_dir / "model.safetensors")
   ours = flat_params(model)
   fc1 = "vision_model.encoder.layers.0.mlp.fc1"
-  for path, key, transpose in ((f"{fc1}.kernel", f"{fc1}.weight", True),
-                               ("vision_model.pre_layrnorm.scale", "vision_model.pre_layrnorm.weight", False)):
+  for path, key, transpose in ((f"{fc1}.kernel", f"{fc1}.weight", True), ("vision_model.pre_layrnorm.scale",
+                                                                          "vision_model.pre_layrnorm.weight", False)):
     want = sd[key].to(torch.bfloat16).float().numpy()
     np.testing.assert_array_equal(ours[path].astype(np.float32), want.T if transpose else want)
   assert ours["text_model.encoder.layers.0.mlp.fc1.kernel"].dtype == np.float32

@@ -19,7 +19,6 @@ MIN_SIDE = 8  # smaller images (1×1 trackers, icons) carry no content worth a t
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-
 # Modes that carry an alpha channel; P, L and RGB images may carry one as a `transparency` entry instead.
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa")
 
@@ -184,8 +183,9 @@ class Preprocess:
     def bad(why):
       return ValueError(f"{source}: {why}; this project follows CLIPImageProcessor's shortest-edge resize + square "
                         "centre crop + x/255 + mean/std only")
-    for key, want in (("do_resize", True), ("do_center_crop", True), ("do_rescale", True),
-                      ("rescale_factor", 1 / 255), ("do_normalize", True)):
+
+    for key, want in (("do_resize", True), ("do_center_crop", True), ("do_rescale", True), ("rescale_factor", 1 / 255),
+                      ("do_normalize", True)):
       if d.get(key, want) != want:
         raise bad(f"{key}={d[key]!r}")
     crop = d.get("crop_size", default_size)
@@ -208,7 +208,9 @@ class Preprocess:
     describes this transform; else CLIPImageProcessor's keys written from the fields."""
     if self.hf_config is not None and Preprocess.from_hf_dict(self.hf_config, self.size) == self:
       return dict(self.hf_config)
-    return {"image_processor_type": "CLIPImageProcessor", "do_resize": True,
-            "size": {"shortest_edge": self.resize or self.size}, "resample": self.resample, "do_center_crop": True,
-            "crop_size": {"height": self.size, "width": self.size}, "do_rescale": True, "rescale_factor": 1 / 255,
-            "do_normalize": True, "image_mean": list(self.mean), "image_std": list(self.std), "do_convert_rgb": True}
+    return {
+        "image_processor_type": "CLIPImageProcessor", "do_resize": True,
+        "size": {"shortest_edge": self.resize or self.size}, "resample": self.resample, "do_center_crop": True,
+        "crop_size": {"height": self.size, "width": self.size}, "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": True, "image_mean": list(self.mean), "image_std": list(self.std), "do_convert_rgb": True
+    }

@@ -32,8 +32,8 @@ CROSS, FALLBACK_SINGLE, SINGLE, READ_RULE, NONE = "cross_swap", "fallback_single
 READ_OVERLAP_SKIPPED, READ_OVERLAP_NONE, READ_GARBLED = "read_overlap_skipped", "read_overlap_none", "read_garbled"
 READ_ATTEMPTS = 5
 # The reference's verb phrase (READ-CLIP `NegCLIPNegativeTextMining`): [VERB? ADV* AUX* VERB+], every match.
-VERB_PHRASE_PATTERN = ({"POS": "VERB", "OP": "?"}, {"POS": "ADV", "OP": "*"}, {"POS": "AUX", "OP": "*"},
-                       {"POS": "VERB", "OP": "+"})
+VERB_PHRASE_PATTERN = ({"POS": "VERB", "OP": "?"}, {"POS": "ADV", "OP": "*"}, {"POS": "AUX",
+                                                                               "OP": "*"}, {"POS": "VERB", "OP": "+"})
 READ_GROUPS = ("NOUN", "ADJ", "ADV", "chunk", "verb_phrase")  # the reference's group order
 _WORD_CHAR = re.compile(r"\w")
 
@@ -56,8 +56,10 @@ class Analysis:
     return "".join(t + (" " if s else "") for t, s in zip(toks, self.spaces)).strip()
 
   def to_json(self) -> dict:
-    return {"t": list(self.tokens), "p": list(self.pos), "s": "".join("1" if s else "0" for s in self.spaces),
-            "c": [list(c) for c in self.chunks], "v": [list(v) for v in self.verb_phrases]}
+    return {
+        "t": list(self.tokens), "p": list(self.pos), "s": "".join("1" if s else "0" for s in self.spaces),
+        "c": [list(c) for c in self.chunks], "v": [list(v) for v in self.verb_phrases]
+    }
 
   @classmethod
   def from_json(cls, d: dict) -> "Analysis":
@@ -142,7 +144,6 @@ def pos_pipeline_has_parser(identity: str) -> bool:
 # ------------------------------------------------------------------------------------------------- choice trees
 class _Draw:
   """The random choices of a builder, drawn from an np.random.Generator."""
-
   def __init__(self, rng: np.random.Generator):
     self.rng = rng
 
@@ -166,7 +167,6 @@ class _Fork(Exception):
 class _Replay:
   """The same choices, replayed from a fixed prefix of option numbers; the first choice past it raises `_Fork` with
   its number of (equally likely) options, so `_distribution` can branch there."""
-
   def __init__(self, prefix: tuple[int, ...]):
     self.prefix, self.k = prefix, 0
 

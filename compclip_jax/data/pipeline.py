@@ -86,7 +86,6 @@ class SampleTransform:
 
   Picklable for grain workers: spaCy and the tokenizers rebuild themselves in each worker process.
   """
-
   def __init__(self, source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                tagger: SpacyTagger | None = None):
     if cfg.kind.t5_target and t5_tokenizer is None:
@@ -136,7 +135,6 @@ class _LocalPositions:
   [g·B, (g+1)·B) and process p builds rows [p·Bl, (p+1)·Bl) of it (Bl = B / P). The global batch is therefore the
   same whatever the number of processes. With `period` / `slots`, this pipeline's j-th batch is global batch
   g = (j // len(slots))·period + slots[j % len(slots)] (the others belong to the pipelines of other step kinds)."""
-
   def __init__(self, global_batch: int, process_index: int, process_count: int, period: int = 1,
                slots: Sequence[int] = (0,)):
     self.b, self.bl, self.p = global_batch, global_batch // process_count, process_index
@@ -162,7 +160,6 @@ class _LocalPositions:
 class _SampleAt:
   """Global position q → sample of record order[q], with the record's RNG from (seed, q): q encodes the epoch and
   the place in it, so every sample is a function of (seed, position), on any host and in any worker."""
-
   def __init__(self, order, transform: SampleTransform, seed: int):
     self.order, self.transform, self.seed = order, transform, seed
 
@@ -196,7 +193,6 @@ class Batches:
   `state()` is exact at batch boundaries: restoring it continues with the same batches an uninterrupted run sees.
   `last_records` / `last_positions`: the record indices and order positions of the last batch's rows (host side).
   """
-
   def __init__(self, dataset, local_batch: int, max_skip_fraction: float = 0.05, layout: dict | None = None):
     self._ds, self.local_batch = dataset, local_batch
     self.layout = layout or {}  # which positions of which order this pipeline reads; checked on restore
@@ -233,8 +229,10 @@ class Batches:
     return {k: np.stack([x[k] for x in items]) for k in items[0]}
 
   def state(self) -> dict:
-    return {"grain": self._it.get_state(), "skips": self.skips.state(), "neg_kinds": dict(self.neg_kinds),
-            "truncated": self.truncated, "layout": self.layout}
+    return {
+        "grain": self._it.get_state(), "skips": self.skips.state(), "neg_kinds": dict(self.neg_kinds),
+        "truncated": self.truncated, "layout": self.layout
+    }
 
   def restore(self, state: dict) -> None:
     saved = state.get("layout")
@@ -252,15 +250,19 @@ class Batches:
     self.truncated = state["truncated"]
 
   def stats(self) -> dict:
-    return {"skipped": sum(self.skips.skipped.values()), "seen": self.skips.seen, "truncated": self.truncated,
-            **{f"neg/{k}": v for k, v in self.neg_kinds.items()}}
+    return {
+        "skipped": sum(self.skips.skipped.values()), "seen": self.skips.seen, "truncated": self.truncated,
+        **{f"neg/{k}": v for k, v in self.neg_kinds.items()}
+    }
 
 
 def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None) -> Batches:
   ds = make_dataset(source, cfg, tokenizer, t5_tokenizer, process_index, process_count, tagger)
-  layout = {"kind": cfg.kind.name, "seed": cfg.seed, "batch_size": cfg.batch_size, "num_epochs": cfg.num_epochs,
-            "period": cfg.period, "slots": list(cfg.slots), "records": len(source)}
+  layout = {
+      "kind": cfg.kind.name, "seed": cfg.seed, "batch_size": cfg.batch_size, "num_epochs": cfg.num_epochs,
+      "period": cfg.period, "slots": list(cfg.slots), "records": len(source)
+  }
   return Batches(ds, cfg.batch_size // process_count, cfg.max_skip_fraction, layout)
 
 

@@ -15,7 +15,6 @@ SKIPPED_FILE = "skipped.jsonl"
 class BadRecord(Exception):
   """A record that cannot become a sample; `reason` is a short key that is counted, `detail` names the file/row
   first (`"<name>: what is wrong"`)."""
-
   def __init__(self, reason: str, detail: str):
     super().__init__(f"{reason}: {detail}")
     self.reason, self.detail = reason, detail
@@ -43,7 +42,6 @@ class SkipCounter:
   read count against the limit too: the run fails when 1 − (1 − read fraction)(1 − load fraction) of the data, the
   share of rows that never become a sample, exceeds `max_fraction`.
   """
-
   def __init__(self, max_fraction: float = 0.05, min_seen: int = 100, examples_per_reason: int = 3):
     self.max_fraction, self.min_seen, self.k = max_fraction, min_seen, examples_per_reason
     self.seen, self.skipped = 0, collections.Counter()
@@ -62,8 +60,9 @@ class SkipCounter:
     if self.report is not None:
       self.report.record(self.kind, reason, detail)
     if self.skipped[reason] == 1:
-      logging.warning("skipping a record (%s): %s — further ones are counted, see the data summary at each "
-                      "checkpoint", reason, detail)
+      logging.warning(
+          "skipping a record (%s): %s — further ones are counted, see the data summary at each "
+          "checkpoint", reason, detail)
     self.check()
 
   def check(self) -> None:
@@ -112,7 +111,6 @@ class SkipReport:
   load-time skips, "kept": true for duplicates, which are reported only: the reference trains on them). On hosts
   other than the first (`for_workdir`), only load-time lines are written, to a file of their own.
   """
-
   def __init__(self, path: str | None, max_fraction: float = 0.05, examples_per_reason: int = 3,
                write_read: bool = True, echo=print):
     self.path, self.max_fraction, self.k = path, max_fraction, examples_per_reason
@@ -155,8 +153,8 @@ class SkipReport:
     if self.n_read and self.read_fraction > self.max_fraction:
       raise TooManySkipped(
           f"{self.source}: {len(self.rejected)} of {self.n_read} records ({self.read_fraction:.1%}) cannot be used "
-          f"(> data.max_skip_fraction {self.max_fraction:.1%}): {_counts(r.reason for r in self.rejected)}; e.g.\n  "
-          + "\n  ".join(f"{r.reason}: {r}" for r in self._examples(self.rejected)) +
+          f"(> data.max_skip_fraction {self.max_fraction:.1%}): {_counts(r.reason for r in self.rejected)}; e.g.\n  " +
+          "\n  ".join(f"{r.reason}: {r}" for r in self._examples(self.rejected)) +
           f"\nfix the data or raise data.max_skip_fraction; every rejected record is listed in {self.path}")
 
   def _examples(self, items: Sequence[Rejected]) -> list[Rejected]:
@@ -175,8 +173,10 @@ class SkipReport:
     self.counters[kind] = counter
 
   def record(self, kind: str, reason: str, detail: str) -> None:
-    self._pending.append({"stage": "load", "source": self.source, "where": detail.split(": ", 1)[0],
-                          "reason": reason, "detail": detail, "kind": kind})
+    self._pending.append({
+        "stage": "load", "source": self.source, "where": detail.split(": ", 1)[0], "reason": reason, "detail": detail,
+        "kind": kind
+    })
 
   def resumed(self, step: int) -> None:
     """The run continues from checkpoint `step` (0: from scratch): lines recorded after it will be recorded again."""
@@ -220,8 +220,8 @@ class SkipReport:
       parts.append(f"none of {seen} samples skipped when loaded")
     if self.kept:
       parts.append(f"{len(self.kept)} duplicate rows kept")
-    return "; ".join(parts) + (f" — details: {self.path}" if self.path and (self.rejected or skipped or self.kept)
-                               else "")
+    return "; ".join(parts) + (f" — details: {self.path}" if self.path and
+                               (self.rejected or skipped or self.kept) else "")
 
   # ----------------------------------------------------------------------------------------------------- file
   def _read_lines(self) -> list[Rejected]:
@@ -246,8 +246,10 @@ class SkipReport:
       return
     lines = []
     if self.write_read:
-      lines += [{"stage": "read", "source": self.source, "where": r.where, "reason": r.reason, "detail": r.detail,
-                 **({"kept": True} if r.reason == "duplicate_row" else {})} for r in self._read_lines()]
+      lines += [{
+          "stage": "read", "source": self.source, "where": r.where, "reason": r.reason, "detail": r.detail,
+          **({"kept": True} if r.reason == "duplicate_row" else {})
+      } for r in self._read_lines()]
     lines += self._earlier
     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
     tmp = self.path + ".tmp"

@@ -108,8 +108,10 @@ def _clic_single_image(rec, rng, tagger, opts):
   extras = _two_extras(s, rng)
   (a0,) = analyses(rec, [0], tagger)
   n = neg.single_swap(a0, rng, exclude_nonword=opts.clic_exclude_nonword)
-  return {"image": _eval_image(rec, opts), "texts": [s[0], s[0], extras[0], extras[1], n or ""],
-          "neg_valid": n is not None, "neg_kind": neg.SINGLE if n is not None else neg.NONE}
+  return {
+      "image": _eval_image(rec, opts), "texts": [s[0], s[0], extras[0], extras[1], n or ""], "neg_valid": n is not None,
+      "neg_kind": neg.SINGLE if n is not None else neg.NONE
+  }
 
 
 def clip_sample(rec: dict, opts: SampleOptions = SampleOptions()) -> dict:
@@ -123,8 +125,10 @@ def negclip_sample(rec: dict, rng: np.random.Generator, tagger: Tagger | None,
   k = int(rng.integers(len(rec["sentences"]))) if opts.negclip_random_caption else 0
   (a,) = analyses(rec, [k], tagger)
   n = neg.single_swap(a, rng)
-  return {"image": _eval_image(rec, opts), "texts": [rec["sentences"][k], n or ""],
-          "neg_valid": n is not None, "neg_kind": neg.SINGLE if n is not None else neg.NONE}
+  return {
+      "image": _eval_image(rec, opts), "texts": [rec["sentences"][k], n or ""], "neg_valid": n is not None,
+      "neg_kind": neg.SINGLE if n is not None else neg.NONE
+  }
 
 
 def read_sample(rec: dict, rng: np.random.Generator, tagger: Tagger | None,
@@ -149,7 +153,7 @@ def read_sample(rec: dict, rng: np.random.Generator, tagger: Tagger | None,
   made = [neg.read_negative(a, rng, allow_overlap=opts.read_overlapping_swaps) for _ in range(opts.read_num_negatives)]
   negs, kinds = [n for n, _ in made], [k for _, k in made]
   # READ's reference converts to RGB before its processor resizes: alpha dropped first, whatever the switch says
-  return {"image": eval_image(rec, opts.image_size, False), "texts": [caps[t]] + [n or "" for n in negs],
-          "neg_valid": np.array([n is not None for n in negs]), "paraphrase": para, "target": caps[y],
-          "neg_kind": kinds}  # one kind per negative
-
+  return {
+      "image": eval_image(rec, opts.image_size, False), "texts": [caps[t]] + [n or "" for n in negs],
+      "neg_valid": np.array([n is not None for n in negs]), "paraphrase": para, "target": caps[y], "neg_kind": kinds
+  }  # one kind per negative

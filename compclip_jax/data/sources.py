@@ -69,7 +69,6 @@ class CsvSource:
   than `min_sentences` non-empty ones; empty captions do not count). Exact duplicates (the same image and sentences
   as an earlier row) are kept, as the reference trains on them, and listed in `duplicates`.
   """
-
   def __init__(self, csv_path: str, image_root: str, min_sentences: int = 2, lowercase: bool = True,
                any_image_format: bool = False):
     self.path, self.image_root = csv_path, image_root
@@ -101,23 +100,30 @@ class CsvSource:
         sentences = [s.lower() if lowercase else s for s in sentences if s]
         if bad is not None:
           k, j, byte = bad
-          self.rejected.append(Rejected("non_utf8", where, f"byte 0x{byte:02x} in field {k + 1} (character {j + 1}) "
-                                        "is not UTF-8; re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"))
+          self.rejected.append(
+              Rejected(
+                  "non_utf8", where, f"byte 0x{byte:02x} in field {k + 1} (character {j + 1}) "
+                  "is not UTF-8; re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"))
         elif not image:
           self.rejected.append(Rejected("no_image_path", where, "empty image path (first field)"))
         elif not any_image_format and not raw_image.endswith(IMAGE_EXTENSIONS):
           hint = " (a header row?)" if line == 1 else ""
-          self.rejected.append(Rejected("unsupported_extension", where, f"{raw_image!r} does not end in "
-                                        f"{'/'.join(IMAGE_EXTENSIONS)}{hint}; the reference skips such rows, "
-                                        "data.any_image_format=True admits every format PIL reads"))
+          self.rejected.append(
+              Rejected(
+                  "unsupported_extension", where, f"{raw_image!r} does not end in "
+                  f"{'/'.join(IMAGE_EXTENSIONS)}{hint}; the reference skips such rows, "
+                  "data.any_image_format=True admits every format PIL reads"))
         elif len(sentences) < min_sentences:
-          self.rejected.append(Rejected("too_few_sentences", where, f"{len(sentences)} non-empty sentence(s), "
-                                        f"need {min_sentences}"))
+          self.rejected.append(
+              Rejected("too_few_sentences", where, f"{len(sentences)} non-empty sentence(s), "
+                       f"need {min_sentences}"))
         else:
           key = (image, tuple(sentences))
           if key in first:
-            self.duplicates.append(Rejected("duplicate_row", where, f"same image and sentences as line "
-                                            f"{first[key]}; kept (the reference trains on duplicates too)"))
+            self.duplicates.append(
+                Rejected(
+                    "duplicate_row", where, f"same image and sentences as line "
+                    f"{first[key]}; kept (the reference trains on duplicates too)"))
           else:
             first[key] = line
           self.rows.append((image, sentences))
@@ -153,7 +159,6 @@ class CocoSource:
   cocoid and filename: `no_split` (no `split` field: it belongs to no split), `no_filename`, `no_captions` (no
   non-empty `sentences[].raw`), `bad_entry` (not a JSON object).
   """
-
   def __init__(self, json_path: str, image_root: str, splits: Sequence[str] = ("train", "restval"),
                paraphrases: dict[str, list[str]] | None = None):
     self.path, self.image_root = json_path, image_root
@@ -176,14 +181,16 @@ class CocoSource:
       where += f" (cocoid {img.get('cocoid')}, filename {img.get('filename')!r})"
       if "split" not in img:
         self.n_read += 1
-        self.rejected.append(Rejected("no_split", where, "no 'split' field, so in no split; add one "
-                                      "(train/restval/val/test)"))
+        self.rejected.append(
+            Rejected("no_split", where, "no 'split' field, so in no split; add one "
+                     "(train/restval/val/test)"))
         continue
       if img["split"] not in splits:
         continue
       self.n_read += 1
-      caps = [_clean(s["raw"]) for s in img.get("sentences") or () if isinstance(s, dict) and
-              isinstance(s.get("raw"), str)]
+      caps = [
+          _clean(s["raw"]) for s in img.get("sentences") or () if isinstance(s, dict) and isinstance(s.get("raw"), str)
+      ]
       caps = [c for c in caps if c]
       if not img.get("filename") or not isinstance(img["filename"], str):
         self.rejected.append(Rejected("no_filename", where, "no 'filename' field: the image cannot be found"))
@@ -204,8 +211,10 @@ class CocoSource:
 
   def __getitem__(self, i: int) -> dict:
     cid, rel, caps = self.rows[i]
-    return {"id": cid, "image_path": os.path.join(self.image_root, rel), "sentences": caps,
-            "paraphrases": self.paraphrases.get(cid, [])}
+    return {
+        "id": cid, "image_path": os.path.join(self.image_root, rel), "sentences": caps,
+        "paraphrases": self.paraphrases.get(cid, [])
+    }
 
   @property
   def wide(self) -> np.ndarray:
@@ -233,13 +242,15 @@ def encode_record(rec_id: str, sentences: Sequence[str], half: np.ndarray, full:
     buf = io.BytesIO()
     Image.fromarray(a).save(buf, format=image_format, **({"quality": 95} if image_format == "JPEG" else {}))
     return buf.getvalue()
-  return msgpack.packb({"id": rec_id, "s": list(sentences), "h": enc(half), "f": enc(full),
-                        "a": [a.to_json() for a in analysis], "p": list(paraphrases)})
+
+  return msgpack.packb({
+      "id": rec_id, "s": list(sentences), "h": enc(half), "f": enc(full), "a": [a.to_json() for a in analysis],
+      "p": list(paraphrases)
+  })
 
 
 class PreparedSource:
   """ArrayRecord shards written by `python -m compclip_jax.prepare`, read with grain (no TensorFlow)."""
-
   def __init__(self, directory: str):
     meta_path = os.path.join(directory, PREPARED_META)
     if not os.path.exists(meta_path):
@@ -293,8 +304,9 @@ class PreparedSource:
     """Images stay encoded and analyses stay JSON until a sample builder asks for them (a CLIC step needs only the
     half images and the first sentences' analysis)."""
     d = msgpack.unpackb(raw["bytes"])
-    return {"id": d["id"], "sentences": d["s"], "half": d["h"], "full": d["f"], "analysis": d["a"],
-            "paraphrases": d["p"]}
+    return {
+        "id": d["id"], "sentences": d["s"], "half": d["h"], "full": d["f"], "analysis": d["a"], "paraphrases": d["p"]
+    }
 
 
 # ------------------------------------------------------------------------------------ the synthetic world as data
@@ -354,8 +366,10 @@ def synthetic_source(root: str, size: int, seed: int, fmt: str = "csv", process_
 
 
 def _world_sources(paths: dict, any_image_format: bool = False) -> dict:
-  return {"csv": CsvSource(paths["csv"], paths["images"], any_image_format=any_image_format),
-          "coco": CocoSource(paths["coco_json"], paths["images"], ("train",), read_paraphrases(paths["paraphrases"]))}
+  return {
+      "csv": CsvSource(paths["csv"], paths["images"], any_image_format=any_image_format),
+      "coco": CocoSource(paths["coco_json"], paths["images"], ("train",), read_paraphrases(paths["paraphrases"]))
+  }
 
 
 def write_synthetic(root: str, size: int, seed: int, tagger=None) -> dict:
@@ -367,8 +381,10 @@ def write_synthetic(root: str, size: int, seed: int, tagger=None) -> dict:
   if not os.path.exists(out):
     tagger = tagger or SpacyTagger()
     sentences = list(dict.fromkeys(s for src in _world_sources(paths).values() for _, s in _sentences(src)))
-    record = {"pos_pipeline": tagger.identity(), "world": synthetic.world_record(size, seed),
-              "analyses": {s: a.to_json() for s, a in zip(sentences, tagger(sentences))}}
+    record = {
+        "pos_pipeline": tagger.identity(), "world": synthetic.world_record(size, seed),
+        "analyses": {s: a.to_json() for s, a in zip(sentences, tagger(sentences))}
+    }
     with open(out + ".tmp", "w") as f:
       json.dump(record, f)
     os.replace(out + ".tmp", out)
@@ -392,8 +408,8 @@ def read_synthetic(root: str, size: int, seed: int, fmt: str = "csv", any_image_
     raise FileNotFoundError(f"{root}: no {ANALYSES_FILE}; the world's writer (data.sources.write_synthetic) adds it")
   with open(path) as f:
     cached = json.load(f)
-  if cached.get("world") != synthetic.world_record(size, seed) or not pos_pipeline_has_parser(
-      cached.get("pos_pipeline", "")):
+  if cached.get("world") != synthetic.world_record(size,
+                                                   seed) or not pos_pipeline_has_parser(cached.get("pos_pipeline", "")):
     raise ValueError(f"{path} was tagged for another world or without spaCy's parser; delete it (the next run tags "
                      "the world again)")
   src = _world_sources(paths, any_image_format)[fmt]
@@ -405,7 +421,6 @@ class AnalysedSource:
   sentence's spaCy analysis, so the sample builders read it (`samples.analyses`) instead of tagging on the fly.
 
   Everything else — rows, rejects, orientation, `materialize` — is the wrapped source's."""
-
   def __init__(self, source, analyses: dict[str, Analysis], path: str = ""):
     missing = [s for _, s in _sentences(source) if s not in analyses]
     if missing:

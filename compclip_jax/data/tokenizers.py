@@ -43,7 +43,6 @@ def clean_text(text: str) -> str:
 
 class _Lazy:
   """`make()` called once, on first use (thread-safe enough: a race builds two equal backends, one is kept)."""
-
   def __init__(self, make: Callable[[], object]):
     self._make, self._value = make, None
 
@@ -59,7 +58,6 @@ class CLIPTokenizer:
   `clean` (`data.clean_text`, default True): texts go through `clean_text` before BPE, as open_clip's and OpenAI's
   tokenizers do; False only normalises whitespace (`normalize_whitespace`, the old behaviour). Both backends.
   """
-
   def __init__(self, encode: Callable[[Sequence[str]], list[list[int]]], sot_id: int, eot_id: int,
                context_length: int = 77, pad_id: int = 0, source_dir: str | None = None, backend: str = "",
                recipe: tuple = (), clean: bool = True):
@@ -95,8 +93,8 @@ class CLIPTokenizer:
     """
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     backend = _Lazy(instant_clip_tokenizer.Tokenizer)
-    return cls(lambda texts: [backend().encode(t) for t in texts], SOT_ID, EOT_ID,
-               context_length, pad_id, backend="instant-clip-tokenizer", recipe=("default", context_length, pad_id))
+    return cls(lambda texts: [backend().encode(t) for t in texts], SOT_ID, EOT_ID, context_length, pad_id,
+               backend="instant-clip-tokenizer", recipe=("default", context_length, pad_id))
 
   @classmethod
   def from_openai_vocab(cls, merges_file: str, vocab_size: int, context_length: int = 77,
@@ -104,8 +102,8 @@ class CLIPTokenizer:
     """instant-clip-tokenizer on an OpenAI-format merges file (`bpe_simple_vocab_16e6.txt`)."""
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     tok = instant_clip_tokenizer.Tokenizer.load(merges_file, vocab_size)
-    return cls(lambda texts: [tok.encode(t) for t in texts], tok.start_of_text(), tok.end_of_text(),
-               context_length, pad_id, backend="instant-clip-tokenizer",
+    return cls(lambda texts: [tok.encode(t) for t in texts], tok.start_of_text(), tok.end_of_text(), context_length,
+               pad_id, backend="instant-clip-tokenizer",
                recipe=("from_openai_vocab", merges_file, vocab_size, context_length, pad_id))
 
   @classmethod
@@ -139,8 +137,8 @@ class CLIPTokenizer:
     truncated = 0
     for row, toks in zip(out, self._tokens(texts)):
       truncated += len(toks) > self.context_length - 2
-      ids = [self.sot_id, *toks[: self.context_length - 2], self.eot_id]
-      row[: len(ids)] = ids
+      ids = [self.sot_id, *toks[:self.context_length - 2], self.eot_id]
+      row[:len(ids)] = ids
     return out, truncated
 
   def count_truncated(self, texts: Sequence[str]) -> int:
@@ -150,7 +148,6 @@ class CLIPTokenizer:
 
 class T5Tokenizer:
   """SentencePiece `spiece.model` → np.int32 [N, max_length]: pieces, EOS appended (kept on truncation), pad 0."""
-
   def __init__(self, spiece_model: str, pad_id: int = 0, eos_id: int = 1):
     import sentencepiece  # pylint: disable=import-outside-toplevel
     if not os.path.exists(spiece_model):
@@ -169,8 +166,8 @@ class T5Tokenizer:
       texts = [texts]
     out = np.full((len(texts), max_length), self.pad_id, np.int32)
     for row, ids in zip(out, self.sp.encode(list(texts))):
-      ids = [*ids[: max_length - 1], self.eos_id]
-      row[: len(ids)] = ids
+      ids = [*ids[:max_length - 1], self.eos_id]
+      row[:len(ids)] = ids
     return out
 
   def decode(self, ids: np.ndarray) -> list[str]:

@@ -58,14 +58,17 @@ def _load_vg(data_dir, image_dir, file, group_of, name, min_count, excluded=froz
       mask = np.array([x == g for x in groups])
       if mask.sum() >= min_count and g not in excluded:
         per[g] = float(ok[mask].mean())
-    return {"macro_accuracy": scorers.mean(per.values()), "micro_accuracy": float(ok.mean()),
-            "groups": len(per), "count": len(rows)}
+    return {
+        "macro_accuracy": scorers.mean(per.values()), "micro_accuracy": float(ok.mean()), "groups": len(per),
+        "count": len(rows)
+    }
+
   return Task(name, images, texts, score)
 
 
 def load_vg_relation(data_dir: str, image_dir: str) -> Task:
-  return _load_vg(data_dir, image_dir, "visual_genome_relation.json", lambda r: r["relation_name"], "vg_relation",
-                  1, VGR_EXCLUDED)
+  return _load_vg(data_dir, image_dir, "visual_genome_relation.json", lambda r: r["relation_name"], "vg_relation", 1,
+                  VGR_EXCLUDED)
 
 
 def load_vg_attribution(data_dir: str, image_dir: str) -> Task:
@@ -154,4 +157,5 @@ def load_order(data_dir: str, image_dir: str, dataset: str, cache_dir: str | Non
   def score(img, txt, tie):
     ok = [scorers.argmax_correct((txt[opts] @ img[i])[None], 0, tie)[0] for i, opts in rows]
     return {"precision@1": float(np.mean(ok)), "count": len(rows), "negatives_file": cache}
+
   return Task(f"{dataset}_order", images, texts, score)

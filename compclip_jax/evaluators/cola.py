@@ -23,4 +23,5 @@ def load_cola(data_dir: str, image_dir: str) -> Task:
     s = lambda c, i: np.sum(txt[c] * img[i], axis=-1)
     ok = scorers.cola(s(c1, i1), s(c1, i2), s(c2, i1), s(c2, i2), tie)
     return {"accuracy": float(np.mean(ok)), "count": len(rows)}
+
   return Task("cola_multiobject", images, texts, score)

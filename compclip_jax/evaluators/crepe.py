@@ -29,8 +29,8 @@ def load_crepe(data_dir: str, image_dir: str) -> Task:
         except (KeyError, ValueError) as e:
           raise ValueError(f"{f}:{n}: bad CREPE row ({e}); see the schema in compclip_jax/evaluators/crepe.py") \
               from None
-        rs.append((images.add(ImageRef(image_path(image_dir, "crepe", r["image_path"]), box)),
-                   [texts.add(r["caption"])] + [texts.add(x) for x in negs]))
+        rs.append((images.add(ImageRef(image_path(image_dir, "crepe", r["image_path"]),
+                                       box)), [texts.add(r["caption"])] + [texts.add(x) for x in negs]))
     rows[subset] = rs
 
   def score(img, txt, tie):
@@ -41,4 +41,5 @@ def load_crepe(data_dir: str, image_dir: str) -> Task:
       out[f"{subset}/count"] = len(rs)
     out["mean"] = scorers.mean(out[s] for s in rows)
     return out
+
   return Task("crepe", images, texts, score)

@@ -58,7 +58,7 @@ class Encoder:
     for start, rows, valid in it:
       local = make_local(np.where(valid, rows, 0))
       emb = fn(self.state, jax.make_array_from_process_local_data(self.batch_sh, local))
-      out.append(np.asarray(emb)[: min(self.batch, n - start)])
+      out.append(np.asarray(emb)[:min(self.batch, n - start)])
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
   def texts(self, texts: list[str], desc: str = "texts") -> np.ndarray:
@@ -68,13 +68,14 @@ class Encoder:
       if jax.process_count() == 1:
         ids = pl.trim_tokens({"ids": ids}, pl.text_length({"ids": ids}, self.tokenizer.eot_id))["ids"]
       return ids
+
     return self._run(self._text, len(texts), local, desc)
 
   def images(self, refs: list[ImageRef], desc: str = "images") -> np.ndarray:
     """[N, D] normalised fp32 image embeddings."""
     with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
-      return self._run(self._image, len(refs), lambda rows: np.stack(list(pool.map(
-          lambda r: self._load(refs[r]), rows))), desc)
+      return self._run(self._image, len(refs),
+                       lambda rows: np.stack(list(pool.map(lambda r: self._load(refs[r]), rows))), desc)
 
   def _load(self, ref: ImageRef) -> np.ndarray:
     if not os.path.exists(ref.path):

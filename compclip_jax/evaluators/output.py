@@ -42,13 +42,15 @@ def records(name: str, result: dict, model: str, pretrained: str, tie: str) -> l
   base = {"model": model, "pretrained": pretrained, "language": "en"}
   extra = {"tie_rule": tie, "seconds": m.get("seconds")}
   if name == "sugarcrepe":
-    return [{**base, "dataset": f"sugar_crepe/{s}", "task": "image_caption_selection",
-             "metrics": {"acc": m[s], "text_acc": m[s], "image_acc": 1.0, "count": m[f"{s}/count"], **extra}}
-            for s in sugarcrepe.SC_SUBSETS]
+    return [{
+        **base, "dataset": f"sugar_crepe/{s}", "task": "image_caption_selection",
+        "metrics": {"acc": m[s], "text_acc": m[s], "image_acc": 1.0, "count": m[f"{s}/count"], **extra}
+    } for s in sugarcrepe.SC_SUBSETS]
   if name == "winoground":
-    return [{**base, "dataset": "winoground", "task": "image_caption_selection",
-             "metrics": {"acc": m["group"], "text_acc": m["text"], "image_acc": m["image"], "count": m["count"],
-                         **extra}}]
+    return [{
+        **base, "dataset": "winoground", "task": "image_caption_selection",
+        "metrics": {"acc": m["group"], "text_acc": m["text"], "image_acc": m["image"], "count": m["count"], **extra}
+    }]
   if name in RETRIEVAL_NAMES:
     return [{**base, "dataset": RETRIEVAL_NAMES[name], "task": "zeroshot_retrieval", "metrics": {**m, **extra}}]
   return [{**base, "dataset": result["dataset"], "task": task, "metrics": {**m, **extra}}]

@@ -24,4 +24,5 @@ def load_retrieval(data_dir: str, image_dir: str, dataset: str) -> Task:
   def score(img, txt, tie):
     sim = img @ txt[caption_rows].T  # [N_img, N_queries]
     return scorers.recall_at_k(sim, text_image, (1, 5, 10), tie) | {"images": len(images), "texts": len(text_image)}
+
   return Task(f"{dataset}_retrieval", images, captions, score, task="zeroshot_retrieval")

@@ -57,6 +57,8 @@ def run_benchmarks(encoder: Encoder, names: list[str], data_dir: str, image_dir:
     task = registry.load(name, data_dir, image_dir, cache_dir, seed)
     img = encoder.images(task.images.items, desc=f"{name} images")
     txt = encoder.texts(task.texts.items, desc=f"{name} texts")
-    out[name] = {"task": task.task, "dataset": task.name,
-                 "metrics": task.score(img, txt, tie) | {"seconds": round(time.perf_counter() - t0, 1)}}
+    out[name] = {
+        "task": task.task, "dataset": task.name,
+        "metrics": task.score(img, txt, tie) | {"seconds": round(time.perf_counter() - t0, 1)}
+    }
   return out

@@ -30,6 +30,7 @@ def load_sugarcrepe(data_dir: str, image_dir: str) -> Task:
       out[group] = scorers.mean(out[s] for s in SC_SUBSETS if s.startswith(group))
     out["mean"] = scorers.mean(out[s] for s in SC_SUBSETS)
     return out
+
   return Task("sugarcrepe", images, texts, score)
 
 
@@ -38,9 +39,9 @@ def load_sugarcrepe_pp(data_dir: str, image_dir: str) -> Task:
   rows = {}
   for subset in SCPP_SUBSETS:
     data = read_json(os.path.join(data_dir, "sugarcrepe_pp", f"{subset}.json"))
-    rows[subset] = [(images.add(ImageRef(image_path(image_dir, "sugarcrepe_pp", r["filename"]))),
-                     texts.add(r["caption"]), texts.add(r["caption2"]), texts.add(r["negative_caption"]))
-                    for r in data]
+    rows[subset] = [(images.add(ImageRef(image_path(image_dir, "sugarcrepe_pp",
+                                                    r["filename"]))), texts.add(r["caption"]), texts.add(r["caption2"]),
+                     texts.add(r["negative_caption"])) for r in data]
 
   def score(img, txt, tie):
     out = {}
@@ -55,4 +56,5 @@ def load_sugarcrepe_pp(data_dir: str, image_dir: str) -> Task:
         out[f"{group}/{kind}"] = scorers.mean(out[f"{s}/{kind}"] for s in SCPP_SUBSETS if s.startswith(group))
       out[f"mean/{kind}"] = scorers.mean(out[f"{s}/{kind}"] for s in SCPP_SUBSETS)
     return out
+
   return Task("sugarcrepe_pp", images, texts, score)

@@ -19,7 +19,6 @@ from compclip_jax.evaluators import scorers
 
 class Index:
   """Distinct items in insertion order: `add(x)` → its row."""
-
   def __init__(self):
     self.items: list = []
     self._rows: dict[Hashable, int] = {}

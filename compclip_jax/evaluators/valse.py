@@ -20,8 +20,9 @@ def load_valse(data_dir: str, image_dir: str) -> Task:
   rows = {}
   for f in files:
     piece = os.path.splitext(os.path.basename(f))[0]
-    rows[piece] = [(images.add(ImageRef(image_path(image_dir, "valse", r["image_file"]))), texts.add(r["caption"]),
-                    texts.add(r["foil"])) for r in valid_rows(read_json(f))]
+    rows[piece] = [(images.add(ImageRef(image_path(image_dir, "valse",
+                                                   r["image_file"]))), texts.add(r["caption"]), texts.add(r["foil"]))
+                   for r in valid_rows(read_json(f))]
 
   def score(img, txt, tie):
     out = {}
@@ -30,4 +31,5 @@ def load_valse(data_dir: str, image_dir: str) -> Task:
       out[f"{piece}/count"] = len(rs)
     out["mean"] = scorers.mean(out[p] for p in rows)  # macro over pieces
     return out
+
   return Task("valse", images, texts, score)

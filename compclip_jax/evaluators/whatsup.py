@@ -66,4 +66,5 @@ def load_whatsup(data_dir: str, image_dir: str) -> Task:
         out[f"{name}/set"] = scorers.group_all(ok, sets)
     out["mean/individual"] = scorers.mean(out[f"{n}/individual"] for n in subsets)
     return out
+
   return Task("whatsup", images, texts, score)

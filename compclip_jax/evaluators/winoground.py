@@ -27,4 +27,5 @@ def load_winoground(data_dir: str, image_dir: str) -> Task:
     s = lambda c, i: np.sum(txt[c] * img[i], axis=-1)
     r = scorers.winoground(s(c0, i0), s(c1, i0), s(c1, i1), s(c0, i1), tie)
     return {k: float(np.mean(v)) for k, v in r.items()} | {"count": len(rows)}
+
   return Task("winoground", images, texts, score)

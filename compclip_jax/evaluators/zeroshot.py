@@ -62,6 +62,9 @@ def load_zeroshot(data_dir: str, image_dir: str, dataset: str) -> Task:
     cls = np.stack([txt[p].mean(0) for p in prompts])
     cls /= np.linalg.norm(cls, axis=-1, keepdims=True)
     logits = img @ cls.T
-    return {"acc1": scorers.topk_accuracy(logits, labels, 1, tie),
-            "acc5": scorers.topk_accuracy(logits, labels, min(5, len(names)), tie), "count": len(labels)}
+    return {
+        "acc1": scorers.topk_accuracy(logits, labels, 1, tie),
+        "acc5": scorers.topk_accuracy(logits, labels, min(5, len(names)), tie), "count": len(labels)
+    }
+
   return Task(dataset, images, texts, score, task="zeroshot_classification")

@@ -25,7 +25,6 @@ class DTypes:
 class ShapeOnlyRngs:
   """Stands in for `nnx.Rngs` when only the parameters' shapes and dtypes are wanted (loading a checkpoint): every
   initializer returns a `jax.ShapeDtypeStruct`, so building a model costs no tracing and no random draws."""
-
   def params(self) -> None:
     return None
 
@@ -84,7 +83,6 @@ def activation(name: str, x: jax.Array) -> jax.Array:
 
 class Attention(nnx.Module):
   """Multi-head self-attention with separate q/k/v projections (HF layout); `attention` is a knob of ATTENTION."""
-
   def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.heads = heads
     self.implementation = attention_implementation(attention, dt.compute)
@@ -125,7 +123,6 @@ def _layer_norm(width: int, eps: float, dt: DTypes, rngs: nnx.Rngs) -> nnx.Layer
 
 class EncoderLayer(nnx.Module):
   """Pre-LN block: x + attn(LN(x)); x + mlp(LN(x))."""
-
   def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.layer_norm1 = _layer_norm(cfg.width, cfg.eps, dt, rngs)
     self.self_attn = Attention(cfg.width, cfg.heads, dt, rngs=rngs, attention=attention)
@@ -139,7 +136,6 @@ class EncoderLayer(nnx.Module):
 
 class Encoder(nnx.Module):
   """`remat` (bool) rematerialises each block in the backward pass under `remat_policy` (REMAT_POLICIES)."""
-
   def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, remat: bool = False,
                attention: str = "explicit", remat_policy: str = "full"):
     self.layers = nnx.List([EncoderLayer(cfg, dt, rngs=rngs, attention=attention) for _ in range(cfg.layers)])
@@ -159,24 +155,23 @@ class Embeddings(nnx.Module):
 
 class TextTransformer(nnx.Module):
   """Token + position embeddings, causal encoder, final LN, EOT pooling (METHODS §4)."""
-
   def __init__(self, cfg: TextConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
                attention: str = "explicit", remat_policy: str = "full"):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
     self.embeddings.token_embedding = nnx.Embed(
-        cfg.vocab_size, cfg.width, dtype=dt.compute, param_dtype=dt.param,
-        rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
+        cfg.vocab_size, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+        **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.embeddings.position_embedding = nnx.Embed(
-        cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param,
-        rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.01)))
+        cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+        **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.01)))
     self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy)
     self.final_layer_norm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
 
   def __call__(self, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
     """ids int [B, L] (L ≤ context_length) → (hidden [B, L, W] after the final LN, pooled [B, W] at EOT)."""
     e = self.embeddings
-    x = e.token_embedding(ids) + e.position_embedding.embedding[: ids.shape[1]].astype(self.dt.compute)
+    x = e.token_embedding(ids) + e.position_embedding.embedding[:ids.shape[1]].astype(self.dt.compute)
     x = self.final_layer_norm(self.encoder(x, causal=True))
     return x, x[jnp.arange(ids.shape[0]), eot_positions(ids, self.cfg)]
 
@@ -190,19 +185,19 @@ def eot_positions(ids: jax.Array, cfg: TextConfig) -> jax.Array:
 
 class VisionTransformer(nnx.Module):
   """Patch conv (no bias) + class token + positions, pre-LN, encoder, post-LN on the class token."""
-
   def __init__(self, cfg: VisionConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
                attention: str = "explicit", remat_policy: str = "full"):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
     init = _inits(rngs, "init", init=nnx.initializers.normal(cfg.width ** -0.5))["init"]
     self.embeddings.class_embedding = nnx.Param(init(rngs.params(), (cfg.width,), dt.param))
-    self.embeddings.patch_embedding = nnx.Conv(
-        3, cfg.width, kernel_size=(cfg.patch_size,) * 2, strides=(cfg.patch_size,) * 2, padding="VALID",
-        use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **_inits(rngs, "kernel_init"))
+    self.embeddings.patch_embedding = nnx.Conv(3, cfg.width, kernel_size=(cfg.patch_size,) * 2,
+                                               strides=(cfg.patch_size,) * 2, padding="VALID", use_bias=False,
+                                               dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+                                               **_inits(rngs, "kernel_init"))
     self.embeddings.position_embedding = nnx.Embed(
-        cfg.num_patches + 1, cfg.width, dtype=dt.compute, param_dtype=dt.param,
-        rngs=rngs, **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
+        cfg.num_patches + 1, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+        **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.pre_layrnorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)  # sic: HF's spelling
     self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy)
     self.post_layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
@@ -232,7 +227,6 @@ class CLIP(nnx.Module):
   leave the towers through `l2_normalize` in fp32, so logits and losses are fp32. `attention` (ATTENTION) and
   `remat_policy` (REMAT_POLICIES, used with `remat_text`) change speed and memory, not the function computed.
   """
-
   def __init__(self, cfg: CLIPConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
                vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
                remat_policy: str = "full"):
@@ -243,8 +237,8 @@ class CLIP(nnx.Module):
     init = _inits(rngs, "kernel_init")
     self.text_projection = nnx.Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
                                       param_dtype=text_dtypes.param, rngs=rngs, **init)
-    self.visual_projection = nnx.Linear(cfg.vision.width, cfg.embed_dim, use_bias=False,
-                                        dtype=vision_dtypes.compute, param_dtype=vision_dtypes.param, rngs=rngs, **init)
+    self.visual_projection = nnx.Linear(cfg.vision.width, cfg.embed_dim, use_bias=False, dtype=vision_dtypes.compute,
+                                        param_dtype=vision_dtypes.param, rngs=rngs, **init)
     scale = _inits(rngs, "init", init=lambda _k, s, d: jnp.asarray(cfg.logit_scale_init, d))["init"]
     self.logit_scale = nnx.Param(scale(None, (), jnp.float32))
 

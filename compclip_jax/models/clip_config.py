@@ -88,18 +88,22 @@ def from_hf_dict(d: Mapping[str, Any]) -> CLIPConfig:
     raise ValueError("not an HF CLIP config.json (needs model_type 'clip', text_config and vision_config)")
   t, v = d["text_config"], d["vision_config"]
   text = TextConfig(
-      vocab_size=t.get("vocab_size", 49408), width=t.get("hidden_size", 512),
-      layers=t.get("num_hidden_layers", 12), heads=t.get("num_attention_heads", 8),
-      mlp_dim=t.get("intermediate_size", 2048), context_length=t.get("max_position_embeddings", 77),
-      act=_hf_act(t.get("hidden_act", "quick_gelu")), eps=t.get("layer_norm_eps", 1e-5),
+      vocab_size=t.get("vocab_size", 49408),
+      width=t.get("hidden_size", 512),
+      layers=t.get("num_hidden_layers", 12),
+      heads=t.get("num_attention_heads", 8),
+      mlp_dim=t.get("intermediate_size", 2048),
+      context_length=t.get("max_position_embeddings", 77),
+      act=_hf_act(t.get("hidden_act", "quick_gelu")),
+      eps=t.get("layer_norm_eps", 1e-5),
       # absent keys take transformers' CLIPTextConfig defaults, as CLIPModel.from_pretrained reads the same file
-      eos_token_id=t.get("eos_token_id", CLIP_EOT_ID), bos_token_id=t.get("bos_token_id", 49406),
+      eos_token_id=t.get("eos_token_id", CLIP_EOT_ID),
+      bos_token_id=t.get("bos_token_id", 49406),
       pad_token_id=t.get("pad_token_id", 1))
-  vision = VisionConfig(
-      image_size=v.get("image_size", 224), patch_size=v.get("patch_size", 32), width=v.get("hidden_size", 768),
-      layers=v.get("num_hidden_layers", 12), heads=v.get("num_attention_heads", 12),
-      mlp_dim=v.get("intermediate_size", 3072), act=_hf_act(v.get("hidden_act", "quick_gelu")),
-      eps=v.get("layer_norm_eps", 1e-5))
+  vision = VisionConfig(image_size=v.get("image_size", 224), patch_size=v.get("patch_size", 32),
+                        width=v.get("hidden_size", 768), layers=v.get("num_hidden_layers", 12),
+                        heads=v.get("num_attention_heads", 12), mlp_dim=v.get("intermediate_size", 3072),
+                        act=_hf_act(v.get("hidden_act", "quick_gelu")), eps=v.get("layer_norm_eps", 1e-5))
   return CLIPConfig(text=text, vision=vision, embed_dim=d.get("projection_dim", 512),
                     logit_scale_init=d.get("logit_scale_init_value", math.log(1 / 0.07)))
 
@@ -108,19 +112,24 @@ def to_hf_dict(cfg: CLIPConfig) -> dict[str, Any]:
   """The `config.json` that `transformers.CLIPModel.from_pretrained` reads back into the same architecture."""
   t, v = cfg.text, cfg.vision
   return {
-      "architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": cfg.embed_dim,
-      "logit_scale_init_value": cfg.logit_scale_init, "torch_dtype": "float32",
+      "architectures": ["CLIPModel"],
+      "model_type": "clip",
+      "projection_dim": cfg.embed_dim,
+      "logit_scale_init_value": cfg.logit_scale_init,
+      "torch_dtype": "float32",
       "text_config": {
           "model_type": "clip_text_model", "vocab_size": t.vocab_size, "hidden_size": t.width,
           "intermediate_size": t.mlp_dim, "projection_dim": cfg.embed_dim, "num_hidden_layers": t.layers,
           "num_attention_heads": t.heads, "max_position_embeddings": t.context_length, "hidden_act": t.act,
           "layer_norm_eps": t.eps, "bos_token_id": t.bos_token_id, "eos_token_id": t.eos_token_id,
-          "pad_token_id": t.pad_token_id},
+          "pad_token_id": t.pad_token_id
+      },
       "vision_config": {
           "model_type": "clip_vision_model", "hidden_size": v.width, "intermediate_size": v.mlp_dim,
           "projection_dim": cfg.embed_dim, "num_hidden_layers": v.layers, "num_attention_heads": v.heads,
           "num_channels": 3, "image_size": v.image_size, "patch_size": v.patch_size, "hidden_act": v.act,
-          "layer_norm_eps": v.eps},
+          "layer_norm_eps": v.eps
+      },
   }
 
 
@@ -129,34 +138,49 @@ def to_hf_dict(cfg: CLIPConfig) -> dict[str, Any]:
 # the keys our towers read; absent keys take open_clip's defaults: head_width 64, mlp_ratio 4, GELU unless
 # `-quickgelu`). ViT-H/g/bigG have vision heads that are not 64 wide.
 OPEN_CLIP_MODELS: dict[str, dict[str, Any]] = {
-    "ViT-B-32": {"embed_dim": 512, "vision_cfg": {"image_size": 224, "layers": 12, "width": 768, "patch_size": 32},
-                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12}},
-    "ViT-B-16": {"embed_dim": 512, "vision_cfg": {"image_size": 224, "layers": 12, "width": 768, "patch_size": 16},
-                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12}},
-    "ViT-L-14": {"embed_dim": 768, "vision_cfg": {"image_size": 224, "layers": 24, "width": 1024, "patch_size": 14},
-                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 768, "heads": 12, "layers": 12}},
-    "ViT-L-14-336": {"embed_dim": 768,
-                     "vision_cfg": {"image_size": 336, "layers": 24, "width": 1024, "patch_size": 14},
-                     "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 768, "heads": 12, "layers": 12}},
-    "ViT-H-14": {"embed_dim": 1024,
-                 "vision_cfg": {"image_size": 224, "layers": 32, "width": 1280, "head_width": 80, "patch_size": 14},
-                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1024, "heads": 16, "layers": 24}},
-    "ViT-g-14": {"embed_dim": 1024,
-                 "vision_cfg": {"image_size": 224, "layers": 40, "width": 1408, "head_width": 88, "mlp_ratio": 4.3637,
-                                "patch_size": 14},
-                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1024, "heads": 16, "layers": 24}},
-    "ViT-bigG-14": {"embed_dim": 1280,
-                    "vision_cfg": {"image_size": 224, "layers": 48, "width": 1664, "head_width": 104,
-                                   "mlp_ratio": 4.9231, "patch_size": 14},
-                    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1280, "heads": 20, "layers": 32}},
+    "ViT-B-32": {
+        "embed_dim": 512, "vision_cfg": {"image_size": 224, "layers": 12, "width": 768, "patch_size": 32},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12}
+    },
+    "ViT-B-16": {
+        "embed_dim": 512, "vision_cfg": {"image_size": 224, "layers": 12, "width": 768, "patch_size": 16},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12}
+    },
+    "ViT-L-14": {
+        "embed_dim": 768, "vision_cfg": {"image_size": 224, "layers": 24, "width": 1024, "patch_size": 14},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 768, "heads": 12, "layers": 12}
+    },
+    "ViT-L-14-336": {
+        "embed_dim": 768, "vision_cfg": {"image_size": 336, "layers": 24, "width": 1024, "patch_size": 14},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 768, "heads": 12, "layers": 12}
+    },
+    "ViT-H-14": {
+        "embed_dim": 1024,
+        "vision_cfg": {"image_size": 224, "layers": 32, "width": 1280, "head_width": 80, "patch_size": 14},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1024, "heads": 16, "layers": 24}
+    },
+    "ViT-g-14": {
+        "embed_dim": 1024, "vision_cfg":
+            {"image_size": 224, "layers": 40, "width": 1408, "head_width": 88, "mlp_ratio": 4.3637, "patch_size": 14},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1024, "heads": 16, "layers": 24}
+    },
+    "ViT-bigG-14": {
+        "embed_dim": 1280, "vision_cfg":
+            {"image_size": 224, "layers": 48, "width": 1664, "head_width": 104, "mlp_ratio": 4.9231, "patch_size": 14},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 1280, "heads": 20, "layers": 32}
+    },
 }
 # open_clip config keys that change the architecture away from the plain CLIP towers we build, with the value that
 # keeps it plain; any other value is refused rather than loaded as a different model.
-_PLAIN = {"text_cfg": {"hf_model_name": None, "pool_type": "argmax", "proj_bias": False, "no_causal_mask": False,
-                       "embed_cls": False, "final_ln_after_pool": False, "ls_init_value": None},
-          "vision_cfg": {"timm_model_name": None, "attentional_pool": False, "no_ln_pre": False,
-                         "final_ln_after_pool": False, "pool_type": "tok", "global_average_pool": False,
-                         "ls_init_value": None, "input_patchnorm": False}}
+_PLAIN = {
+    "text_cfg": {
+        "hf_model_name": None, "pool_type": "argmax", "proj_bias": False, "no_causal_mask": False, "embed_cls": False,
+        "final_ln_after_pool": False, "ls_init_value": None
+    }, "vision_cfg": {
+        "timm_model_name": None, "attentional_pool": False, "no_ln_pre": False, "final_ln_after_pool": False,
+        "pool_type": "tok", "global_average_pool": False, "ls_init_value": None, "input_patchnorm": False
+    }
+}
 
 
 def _heads(width: int, head_width: Any, where: str) -> int:
@@ -185,15 +209,15 @@ def from_open_clip_dict(d: Mapping[str, Any], quick_gelu: bool | None = None) ->
                     heads=t.get("heads", 8), mlp_dim=int(tw * t.get("mlp_ratio", 4.0)),
                     context_length=t.get("context_length", 77), act=act, eos_token_id=LEGACY_EOS_ID)
   vw = v["width"]
-  vision = VisionConfig(image_size=v.get("image_size", 224), patch_size=v["patch_size"], width=vw,
-                        layers=v["layers"], heads=_heads(vw, v.get("head_width", 64), "vision_cfg"),
+  vision = VisionConfig(image_size=v.get("image_size", 224), patch_size=v["patch_size"], width=vw, layers=v["layers"],
+                        heads=_heads(vw, v.get("head_width", 64), "vision_cfg"),
                         mlp_dim=int(vw * v.get("mlp_ratio", 4.0)), act=act)
   return CLIPConfig(text=text, vision=vision, embed_dim=d["embed_dim"])
 
 
 def named(name: str) -> CLIPConfig:
   """A built-in shape by open_clip name: 'ViT-B-32', 'ViT-B-32-quickgelu', 'ViT-L-14-336', …"""
-  base, quick = (name[: -len("-quickgelu")], True) if name.endswith("-quickgelu") else (name, False)
+  base, quick = (name[:-len("-quickgelu")], True) if name.endswith("-quickgelu") else (name, False)
   if base not in OPEN_CLIP_MODELS:
     raise ValueError(f"unknown model name {name!r}; known: {sorted(OPEN_CLIP_MODELS)} (optionally '-quickgelu')")
   return from_open_clip_dict(OPEN_CLIP_MODELS[base], quick_gelu=quick)
@@ -203,6 +227,5 @@ def tiny(act: str = "quick_gelu", eos_token_id: int = LEGACY_EOS_ID, vocab_size:
   """A small config for tests and the synthetic world (width 64, 2 layers, 32 px images)."""
   return CLIPConfig(
       text=TextConfig(vocab_size=vocab_size, width=64, layers=2, heads=4, mlp_dim=128, act=act,
-                      eos_token_id=eos_token_id),
-      vision=VisionConfig(image_size=32, patch_size=8, width=64, layers=2, heads=4, mlp_dim=128, act=act),
-      embed_dim=32)
+                      eos_token_id=eos_token_id), vision=VisionConfig(image_size=32, patch_size=8, width=64, layers=2,
+                                                                      heads=4, mlp_dim=128, act=act), embed_dim=32)

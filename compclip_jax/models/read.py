@@ -11,7 +11,6 @@ from flax import nnx
 from compclip_jax.models.clip import CLIP, DTypes
 from compclip_jax.models.t5 import T5Config, T5Decoder
 
-
 READ_PROJ_INITS = ("torch_linear", "lecun_normal")
 
 

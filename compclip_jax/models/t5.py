@@ -84,7 +84,6 @@ def _dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
 
 class _Keys:
   """Hands out a fresh dropout key per use (or None when dropout is off)."""
-
   def __init__(self, key: jax.Array | None):
     self.key, self.n = key, 0
 
@@ -97,7 +96,6 @@ class _Keys:
 
 class RMSNorm(nnx.Module):
   """T5LayerNorm: x·rsqrt(mean(x²)+eps)·w, statistics in fp32, no mean subtraction, no bias."""
-
   def __init__(self, dim: int, eps: float, dt: DTypes):
     self.weight = nnx.Param(jnp.ones((dim,), dt.param))
     self.eps, self.dt = eps, dt
@@ -115,7 +113,6 @@ class T5Attention(nnx.Module):
   `jax.nn.dot_product_attention` with scale 1 and the bias. Dropout on the attention probabilities (READ's frozen
   decoder in train mode) is not something the fused kernels do, so with a dropout key the explicit path runs.
   """
-
   def __init__(self, cfg: T5Config, dt: DTypes, has_relative_bias: bool, *, rngs: nnx.Rngs,
                attention: str = "explicit"):
     self.implementation = attention_implementation(attention, dt.compute)
@@ -142,8 +139,8 @@ class T5Attention(nnx.Module):
     split = lambda t: t.reshape(t.shape[0], t.shape[1], h, d)
     q, k, v = split(self.q(x)), split(self.k(kv)), split(self.v(kv))
     if self.implementation is not None and (keys.key is None or self.cfg.dropout_rate == 0.0):
-      out = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
-                                         scale=1.0, is_causal=causal, implementation=self.implementation)
+      out = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype), scale=1.0,
+                                         is_causal=causal, implementation=self.implementation)
       return self.o(out.reshape(out.shape[0], out.shape[1], h * d))
     if bias is None:
       bias = jnp.zeros((), jnp.float32)
@@ -182,7 +179,6 @@ class T5LayerCrossAttention(nnx.Module):
 
 class T5DenseGatedActDense(nnx.Module):
   """gelu_tanh(wi_0 x) · wi_1 x → dropout → wo."""
-
   def __init__(self, cfg, dt, *, rngs):
     lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
     self.wi_0, self.wi_1, self.wo = lin(cfg.d_model, cfg.d_ff), lin(cfg.d_model, cfg.d_ff), lin(cfg.d_ff, cfg.d_model)
@@ -205,9 +201,11 @@ class T5LayerFF(nnx.Module):
 
 class T5Block(nnx.Module):
   def __init__(self, cfg, dt, first: bool, *, rngs, attention="explicit"):
-    self.layer = nnx.List([T5LayerSelfAttention(cfg, dt, first, rngs=rngs, attention=attention),
-                           T5LayerCrossAttention(cfg, dt, rngs=rngs, attention=attention),
-                           T5LayerFF(cfg, dt, rngs=rngs)])
+    self.layer = nnx.List([
+        T5LayerSelfAttention(cfg, dt, first, rngs=rngs, attention=attention),
+        T5LayerCrossAttention(cfg, dt, rngs=rngs, attention=attention),
+        T5LayerFF(cfg, dt, rngs=rngs)
+    ])
 
   def __call__(self, x, enc, self_bias, keys, causal=False):
     x = self.layer[0](x, self_bias, keys, causal)
@@ -216,14 +214,13 @@ class T5Block(nnx.Module):
 
 class T5Stack(nnx.Module):
   def __init__(self, cfg, dt, *, rngs, attention="explicit"):
-    self.block = nnx.List([T5Block(cfg, dt, i == 0, rngs=rngs, attention=attention)
-                           for i in range(cfg.num_decoder_layers)])
+    self.block = nnx.List(
+        [T5Block(cfg, dt, i == 0, rngs=rngs, attention=attention) for i in range(cfg.num_decoder_layers)])
     self.final_layer_norm = RMSNorm(cfg.d_model, cfg.layer_norm_epsilon, dt)
 
 
 class T5Decoder(nnx.Module):
   """`T5ForConditionalGeneration` minus the encoder; `attention` as T5Attention's."""
-
   def __init__(self, cfg: T5Config, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.cfg, self.dt = cfg, dt
     self.attention = check_attention(attention)

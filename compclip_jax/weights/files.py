@@ -14,8 +14,10 @@ from typing import Mapping
 import ml_dtypes
 import numpy as np
 
-_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+_ST_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I64": np.int64,
+    "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_
+}
 _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 # Wrappers that training scripts put around a model's keys (DDP, CLIC's own checkpoints).
@@ -71,8 +73,9 @@ def read_torch_pickle(path: str) -> dict[str, np.ndarray]:
     obj = obj["state_dict"]
   if not isinstance(obj, Mapping):
     raise ValueError(f"{path}: expected a state dict (or a dict with 'state_dict'), found {type(obj).__name__}")
-  return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in obj.items()
-          if isinstance(v, torch.Tensor)}
+  return {
+      k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in obj.items() if isinstance(v, torch.Tensor)
+  }
 
 
 def read_state_dict(path: str) -> dict[str, np.ndarray]:

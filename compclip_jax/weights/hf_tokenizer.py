@@ -60,8 +60,11 @@ def write_files(directory: str, merges: list[str], context_length: int, pad_id: 
   with open(os.path.join(directory, "merges.txt"), "w", encoding="utf-8") as f:
     f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
   with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
-    json.dump({"tokenizer_class": "CLIPTokenizer", "model_max_length": context_length, "do_lower_case": True,
-               "errors": "replace", "add_prefix_space": False, **special}, f, indent=2)
+    json.dump(
+        {
+            "tokenizer_class": "CLIPTokenizer", "model_max_length": context_length, "do_lower_case": True,
+            "errors": "replace", "add_prefix_space": False, **special
+        }, f, indent=2)
   with open(os.path.join(directory, "special_tokens_map.json"), "w") as f:
     json.dump(special, f, indent=2)
   return ["vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"]

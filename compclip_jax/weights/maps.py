@@ -39,12 +39,10 @@ class Rule:
 
 class CheckpointMismatchError(ValueError):
   """A checkpoint that does not fit the model; the message lists every missing, unexpected and mis-shaped key."""
-
   def __init__(self, source: str, missing: list[str], unexpected: list[str], mismatched: list[str], hint: str = ""):
     self.missing, self.unexpected, self.mismatched = missing, unexpected, mismatched
     lines = [f"checkpoint {source} does not fit the model:"]
-    for title, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                         ("shape mismatches", mismatched)):
+    for title, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched)):
       if items:
         lines.append(f"  {title} ({len(items)}):")
         lines += [f"    {k}" for k in items[:20]] + ([f"    … and {len(items) - 20} more"] if len(items) > 20 else [])
@@ -56,8 +54,10 @@ class CheckpointMismatchError(ValueError):
 # ----------------------------------------------------------------------------------------------------- HF maps
 # Our module paths mirror transformers' (`text_model.encoder.layers.0.self_attn.q_proj`), so an HF map only renames
 # Flax leaves to torch leaves; the transform follows from the leaf kind.
-_HF_LEAVES = {"kernel": ("weight", LINEAR), "scale": ("weight", KEEP), "embedding": ("weight", KEEP),
-              "bias": ("bias", KEEP), "weight": ("weight", KEEP)}
+_HF_LEAVES = {
+    "kernel": ("weight", LINEAR), "scale": ("weight", KEEP), "embedding": ("weight", KEEP), "bias": ("bias", KEEP),
+    "weight": ("weight", KEEP)
+}
 _HF_CONV_KERNELS = ("vision_model.embeddings.patch_embedding.kernel",)
 
 
@@ -79,15 +79,19 @@ def hf_rules(our_paths: Iterable[str]) -> list[Rule]:
 # ---------------------------------------------------------------------------------------------- open_clip map
 # (our suffix(es) under <tower>.encoder.layers.{i}., open_clip suffix under <oc>transformer.resblocks.{i}., transform)
 _OC_TOWER = [
-    (("layer_norm1.scale",), "ln_1.weight", KEEP), (("layer_norm1.bias",), "ln_1.bias", KEEP),
+    (("layer_norm1.scale",), "ln_1.weight", KEEP),
+    (("layer_norm1.bias",), "ln_1.bias", KEEP),
     (("self_attn.q_proj.kernel", "self_attn.k_proj.kernel", "self_attn.v_proj.kernel"), "attn.in_proj_weight",
      FUSED_LINEAR),
     (("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"), "attn.in_proj_bias", FUSED),
     (("self_attn.out_proj.kernel",), "attn.out_proj.weight", LINEAR),
     (("self_attn.out_proj.bias",), "attn.out_proj.bias", KEEP),
-    (("layer_norm2.scale",), "ln_2.weight", KEEP), (("layer_norm2.bias",), "ln_2.bias", KEEP),
-    (("mlp.fc1.kernel",), "mlp.c_fc.weight", LINEAR), (("mlp.fc1.bias",), "mlp.c_fc.bias", KEEP),
-    (("mlp.fc2.kernel",), "mlp.c_proj.weight", LINEAR), (("mlp.fc2.bias",), "mlp.c_proj.bias", KEEP),
+    (("layer_norm2.scale",), "ln_2.weight", KEEP),
+    (("layer_norm2.bias",), "ln_2.bias", KEEP),
+    (("mlp.fc1.kernel",), "mlp.c_fc.weight", LINEAR),
+    (("mlp.fc1.bias",), "mlp.c_fc.bias", KEEP),
+    (("mlp.fc2.kernel",), "mlp.c_proj.weight", LINEAR),
+    (("mlp.fc2.bias",), "mlp.c_proj.bias", KEEP),
 ]
 _OC_TOP = [
     ("text_model.embeddings.token_embedding.embedding", "token_embedding.weight", KEEP),
@@ -111,8 +115,10 @@ def open_clip_rules(text_layers: int, vision_layers: int) -> list[Rule]:
   rules = [Rule((ours,), theirs, t) for ours, theirs, t in _OC_TOP]
   for tower, oc, n in (("text_model", "", text_layers), ("vision_model", "visual.", vision_layers)):
     for i in range(n):
-      rules += [Rule(tuple(f"{tower}.encoder.layers.{i}.{s}" for s in ours), f"{oc}transformer.resblocks.{i}.{theirs}",
-                     t) for ours, theirs, t in _OC_TOWER]
+      rules += [
+          Rule(tuple(f"{tower}.encoder.layers.{i}.{s}" for s in ours), f"{oc}transformer.resblocks.{i}.{theirs}", t)
+          for ours, theirs, t in _OC_TOWER
+      ]
   return rules
 
 
@@ -173,5 +179,4 @@ class RawCheckpoint:
 def export_params(params: Mapping[str, np.ndarray], rules: Sequence[Rule]) -> dict[str, np.ndarray]:
   """Our {path: array} → checkpoint {key: array} through the same rules (contiguous arrays, ready to save)."""
   _check_coverage(rules, params)
-  return {r.theirs: np.asarray(r.transform.export([np.asarray(params[p]) for p in r.ours]), order="C")
-          for r in rules}
+  return {r.theirs: np.asarray(r.transform.export([np.asarray(params[p]) for p in r.ours]), order="C") for r in rules}

@@ -38,15 +38,17 @@ def shape_facts(sd) -> dict[str, int]:
   try:
     conv = sd["visual.conv1.weight"]
     patch = conv.shape[-1]
-    return {"text.vocab_size": sd["token_embedding.weight"].shape[0], "text.width": sd["ln_final.weight"].shape[0],
-            "text.layers": _count_layers(sd, "transformer.resblocks."),
-            "text.mlp_dim": sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
-            "text.context_length": sd["positional_embedding"].shape[0],
-            "vision.width": conv.shape[0], "vision.patch_size": patch,
-            "vision.image_size": math.isqrt(sd["visual.positional_embedding"].shape[0] - 1) * patch,
-            "vision.layers": _count_layers(sd, "visual.transformer.resblocks."),
-            "vision.mlp_dim": sd["visual.transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
-            "embed_dim": sd["text_projection"].shape[1]}
+    return {
+        "text.vocab_size": sd["token_embedding.weight"].shape[0], "text.width": sd["ln_final.weight"].shape[0],
+        "text.layers": _count_layers(sd, "transformer.resblocks."),
+        "text.mlp_dim": sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
+        "text.context_length": sd["positional_embedding"].shape[0], "vision.width": conv.shape[0],
+        "vision.patch_size": patch,
+        "vision.image_size": math.isqrt(sd["visual.positional_embedding"].shape[0] - 1) * patch,
+        "vision.layers": _count_layers(sd, "visual.transformer.resblocks."),
+        "vision.mlp_dim": sd["visual.transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
+        "embed_dim": sd["text_projection"].shape[1]
+    }
   except KeyError as e:
     raise maps.CheckpointMismatchError("(open_clip state dict)", [str(e.args[0])], [], [],
                                        "not an open_clip CLIP ViT state dict") from None
@@ -58,7 +60,8 @@ def _facts_of(cfg: clip_config.CLIPConfig) -> dict[str, int]:
       "text.mlp_dim": cfg.text.mlp_dim, "text.context_length": cfg.text.context_length,
       "vision.width": cfg.vision.width, "vision.patch_size": cfg.vision.patch_size,
       "vision.image_size": cfg.vision.image_size, "vision.layers": cfg.vision.layers,
-      "vision.mlp_dim": cfg.vision.mlp_dim, "embed_dim": cfg.embed_dim}
+      "vision.mlp_dim": cfg.vision.mlp_dim, "embed_dim": cfg.embed_dim
+  }
 
 
 def _what_to_pass(path: str) -> str:
@@ -78,8 +81,9 @@ def infer_config(path: str, sd, act: str) -> clip_config.CLIPConfig:
         f"{path}: the number of attention heads is not recorded in an open_clip state dict and no built-in model has "
         f"these shapes ({shown}); {_what_to_pass(path)}")
   base = clip_config.named(matches[0])
-  logging.warning("%s: no open_clip_config.json or model_name; every shape matches the built-in %s, so its heads "
-                  "(text %d, vision %d) are used", path, matches[0], base.text.heads, base.vision.heads)
+  logging.warning(
+      "%s: no open_clip_config.json or model_name; every shape matches the built-in %s, so its heads "
+      "(text %d, vision %d) are used", path, matches[0], base.text.heads, base.vision.heads)
   return base.replace(text=_with_act(base.text, act), vision=_with_act(base.vision, act))
 
 
@@ -156,9 +160,14 @@ def open_clip_config(cfg: clip_config.CLIPConfig) -> dict:
   """The `open_clip_config.json` that records what the state dict cannot (activation, heads, shapes)."""
   exportable(cfg)
   t, v = cfg.text, cfg.vision
-  return {"model_cfg": {
-      "embed_dim": cfg.embed_dim, "quick_gelu": t.act == "quick_gelu",
-      "vision_cfg": {"image_size": v.image_size, "layers": v.layers, "width": v.width, "patch_size": v.patch_size,
-                     "head_width": v.width // v.heads, "mlp_ratio": _mlp_ratio(v.mlp_dim, v.width)},
-      "text_cfg": {"context_length": t.context_length, "vocab_size": t.vocab_size, "width": t.width, "heads": t.heads,
-                   "layers": t.layers, "mlp_ratio": _mlp_ratio(t.mlp_dim, t.width)}}}
+  return {
+      "model_cfg": {
+          "embed_dim": cfg.embed_dim, "quick_gelu": t.act == "quick_gelu", "vision_cfg": {
+              "image_size": v.image_size, "layers": v.layers, "width": v.width, "patch_size": v.patch_size,
+              "head_width": v.width // v.heads, "mlp_ratio": _mlp_ratio(v.mlp_dim, v.width)
+          }, "text_cfg": {
+              "context_length": t.context_length, "vocab_size": t.vocab_size, "width": t.width, "heads": t.heads,
+              "layers": t.layers, "mlp_ratio": _mlp_ratio(t.mlp_dim, t.width)
+          }
+      }
+  }

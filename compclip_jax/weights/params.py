@@ -79,8 +79,10 @@ def fill_in_place(model: M, params: Mapping[str, np.ndarray | jax.Array]) -> M:
   others = [p for p, v in pvars if not issubclass(type(v), nnx.Param)]
   assert not others, f"model has non-parameter state that a checkpoint cannot fill: {others[:5]}"
   missing = [p for p, _ in pvars if p not in params]
-  wrong = [f"{p}: value {tuple(np.shape(params[p]))}, parameter {tuple(v.get_value().shape)}" for p, v in pvars
-           if p in params and tuple(np.shape(params[p])) != tuple(v.get_value().shape)]
+  wrong = [
+      f"{p}: value {tuple(np.shape(params[p]))}, parameter {tuple(v.get_value().shape)}" for p, v in pvars
+      if p in params and tuple(np.shape(params[p])) != tuple(v.get_value().shape)
+  ]
   if missing or wrong:
     raise ValueError(f"cannot fill {type(model).__name__}: no value for {missing[:5]}"
                      f"{f' (+{len(missing) - 5} more)' if len(missing) > 5 else ''}; wrong shapes {wrong[:5]}")
