@@ -23,7 +23,7 @@ MANUAL = "COMPCLIP_MANUAL_TESTS"
 
 
 def pytest_configure(config):
-  config.addinivalue_line("markers", "slow: slower tests (CI runs them too)")
+  config.addinivalue_line("markers", "slow: training runs, tests over ~15 s (CI runs them; -m 'not slow' skips)")
   config.addinivalue_line("markers", f"manual: minutes-long checks CI does not run; {MANUAL}=1 runs them")
 
 

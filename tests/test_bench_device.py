@@ -25,6 +25,7 @@ def _table(text: str) -> list[list[str]]:
   return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
 
 
+@pytest.mark.slow
 def test_smoke_prints_one_row_per_point_with_every_column(smoke):
   rows, text = smoke
   table = _table(text)
@@ -45,6 +46,7 @@ def test_smoke_prints_one_row_per_point_with_every_column(smoke):
   assert len(rows) == len(body)
 
 
+@pytest.mark.slow
 def test_the_clic_step_costs_more_flops_than_clics_clip_step(smoke):
   """XLA's cost analysis is what MFU divides: the CLIC step encodes 5 texts per image, the CLIP step 1."""
   _, text = smoke

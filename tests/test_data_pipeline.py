@@ -331,6 +331,7 @@ def test_normalization_switch():
   assert norm("clic", samples.SampleOptions(clic_concat=False)) == (OPENAI_MEAN, OPENAI_STD)  # single-image ablation
 
 
+@pytest.mark.slow
 def test_prepare_cli_with_parallel_workers(tmp_path):
   import os
   import subprocess

@@ -255,6 +255,7 @@ def _run_cfg(rows, images, **overrides):
   return c
 
 
+@pytest.mark.slow
 def test_training_reports_every_dropped_record(tmp_path, capsys, caplog):
   """40 good rows, 2 rejected when read (4.7 %), 1 whose image is missing (skipped when loaded, each epoch)."""
   from compclip_jax import train

@@ -15,6 +15,9 @@ import safetensors.numpy
 from compclip_jax import checkpointing, runinfo, train
 from configs import clic, clic_read, clip, negclip, read
 
+# Every test here trains (subprocesses or in-process runs of :runlocal): the slow tier (`-m "not slow"` skips them).
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {"clic": clic, "read": read, "negclip": negclip, "clip": clip, "clic_read": clic_read}
 
