@@ -408,8 +408,8 @@ def read_synthetic(root: str, size: int, seed: int, fmt: str = "csv", any_image_
     raise FileNotFoundError(f"{root}: no {ANALYSES_FILE}; the world's writer (data.sources.write_synthetic) adds it")
   with open(path) as f:
     cached = json.load(f)
-  if cached.get("world") != synthetic.world_record(size,
-                                                   seed) or not pos_pipeline_has_parser(cached.get("pos_pipeline", "")):
+  same_world = cached.get("world") == synthetic.world_record(size, seed)
+  if not same_world or not pos_pipeline_has_parser(cached.get("pos_pipeline", "")):
     raise ValueError(f"{path} was tagged for another world or without spaCy's parser; delete it (the next run tags "
                      "the world again)")
   src = _world_sources(paths, any_image_format)[fmt]
