@@ -128,23 +128,6 @@ def host_batch(p: Point, rng: np.random.Generator) -> dict:
   return out
 
 
-def _peak_bytes(compiled) -> int | None:
-  """Compiled peak bytes per device: the larger of XLA's `peak_memory_in_bytes` and arguments + outputs + temporaries
-  − donated aliases. (XLA:CPU's `peak_memory_in_bytes` counts the arguments only — 0.12 GB where the temporaries of
-  the same ViT-B/32 step are 2.4 GB — so it alone under-reports by an order of magnitude.)"""
-  mem = compiled.memory_analysis()
-  if mem is None:
-    return None
-  total = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-  return max(total, getattr(mem, "peak_memory_in_bytes", 0) or 0)
-
-
-def _flops(compiled) -> float | None:
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return (cost or {}).get("flops")
-
-
 def device_memory() -> int | None:
   try:
     return (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
@@ -170,7 +153,8 @@ def compile_point(p: Point, compute_dtype, frozen_dtype, attention: str, remat: 
   }
   t0 = time.perf_counter()
   compiled = step.lower(state, frozen, abstract_batch).compile()
-  return compiled, state, frozen, _flops(compiled), _peak_bytes(compiled), time.perf_counter() - t0
+  seconds = time.perf_counter() - t0
+  return compiled, state, frozen, steps.compiled_flops(compiled), steps.compiled_peak_bytes(compiled), seconds
 
 
 def time_point(compiled, state, frozen, p: Point, mesh, n_steps: int, warmup: int) -> float:
@@ -300,10 +284,10 @@ def memory(model: str = "ViT-L-14-quickgelu", batch: int = 800, fsdp: int = -1, 
                  in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=(0,))
   t0 = time.perf_counter()
   compiled = step.lower(with_sh(abstract_state, state_sh), with_sh(frozen, frozen_sh), abstract_batch).compile()
-  peak_b = _peak_bytes(compiled)
+  peak_b = steps.compiled_peak_bytes(compiled)
   result = {
       "model": model, "global batch": batch, "devices": jax.device_count(), "mesh": dict(mesh.shape),
-      "peak bytes/device": peak_b, "compile s": time.perf_counter() - t0, "flops/device": _flops(compiled)
+      "peak bytes/device": peak_b, "compile s": time.perf_counter() - t0, "flops/device": steps.compiled_flops(compiled)
   }
   print(
       f"memory: CLIC step {model}, global batch {batch}, FSDP over {jax.device_count()} "

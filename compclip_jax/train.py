@@ -300,14 +300,7 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
 def compile_step(t: Trainer, kind: str, state: steps.TrainState, batch: dict):
   """(compiled step, XLA's FLOPs per step or None, peak bytes per device or None) for `kind` on (`state`, `batch`)."""
   compiled = t.step_fns[kind].lower(state, t.frozen, batch).compile()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  mem = compiled.memory_analysis()
-  peak = None
-  if mem is not None:
-    peak = getattr(mem, "peak_memory_in_bytes", None) or (mem.temp_size_in_bytes + mem.argument_size_in_bytes +
-                                                          mem.output_size_in_bytes - mem.alias_size_in_bytes)
-  return compiled, (cost or {}).get("flops"), peak
+  return compiled, steps.compiled_flops(compiled), steps.compiled_peak_bytes(compiled)
 
 
 def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[str, ...] = ()) -> dict:

@@ -67,6 +67,20 @@ def tagger():
 
 
 @pytest.fixture(scope="session")
+def t5tok(tmp_path_factory):
+  """A small SentencePiece model (T5 special ids: pad 0, eos 1, unk 2) trained on the test data's captions."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data.tokenizers import T5Tokenizer  # pylint: disable=import-outside-toplevel
+  from tests import data_fixtures as df  # pylint: disable=import-outside-toplevel
+  tmp = tmp_path_factory.mktemp("spm")
+  corpus = [df.caption(np.random.default_rng(i)) for i in range(300)]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40,
+                                 hard_vocab_limit=False, minloglevel=2, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  return T5Tokenizer(str(tmp / "spiece.model"))
+
+
+@pytest.fixture(scope="session")
 def tok():
   from compclip_jax.data.tokenizers import CLIPTokenizer  # pylint: disable=import-outside-toplevel
   return CLIPTokenizer.default()

@@ -11,7 +11,7 @@ from compclip_jax.data import samples
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import TooManySkipped
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
-from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.data.tokenizers import CLIPTokenizer
 from compclip_jax.prepare import PrepareError, prepare
 from tests import data_fixtures as df
 
@@ -28,16 +28,6 @@ def prepared(clic, tmp_path_factory, tagger):
   out = tmp_path_factory.mktemp("prepared")
   meta = prepare(clic[0], str(out), image_size=64, shard_size=7, workers=1, progress=False)
   return PreparedSource(str(out)), meta, out
-
-
-@pytest.fixture(scope="module")
-def t5tok(tmp_path_factory):
-  import sentencepiece as spm
-  tmp = tmp_path_factory.mktemp("spm")
-  corpus = [df.caption(np.random.default_rng(i)) for i in range(300)]
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40,
-                                 hard_vocab_limit=False, minloglevel=2, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-  return T5Tokenizer(str(tmp / "spiece.model"))
 
 
 def _cfg(kind, **kw):

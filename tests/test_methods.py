@@ -17,7 +17,6 @@ from compclip_jax.data import pipeline as pl
 from compclip_jax.data import samples
 from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD
 from compclip_jax.data.sources import CsvSource
-from compclip_jax.data.tokenizers import T5Tokenizer
 from compclip_jax.metrics import MetricWriter
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP
@@ -199,16 +198,6 @@ def test_read_loss_by_hand(model):
 
 
 # --------------------------------------------------------------------------------------------------- samples
-@pytest.fixture(scope="module")
-def t5tok(tmp_path_factory):
-  import sentencepiece as spm
-  tmp = tmp_path_factory.mktemp("spm")
-  corpus = [df.caption(np.random.default_rng(i)) for i in range(300)]
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp / "spiece"), vocab_size=40,
-                                 hard_vocab_limit=False, minloglevel=2, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-  return T5Tokenizer(str(tmp / "spiece.model"))
-
-
 @pytest.mark.parametrize("concat", [True, False])
 def test_clic_read_samples_are_clics_plus_p2_as_the_target(tmp_path, tok, tagger, t5tok, concat):
   csv, root, _, _ = df.write_clic_csv(tmp_path, n=12, broken=False)
