@@ -34,7 +34,7 @@ from collections import Counter
 import jax
 import numpy as np
 
-from compclip_jax import config_files, methods, synthetic, train
+from compclip_jax import config_files, demo_plots, demo_shipped as shipped, methods, synthetic, train
 from compclip_jax.metrics import tag as metric_tag
 
 # (benchmark, metric, label) rows of the report
@@ -49,14 +49,26 @@ REPORT_ROWS = ([("sugarcrepe", s, f"SugarCrepe {s}")
 
 @dataclasses.dataclass(frozen=True)
 class DemoOptions:
-  """The demo's own settings: what the fine-tuning starts from (the fine-tuning itself is `configs/<m>.py:demo`)."""
+  """The demo's own settings: what the fine-tuning starts from (the fine-tuning itself is `configs/<m>.py:demo`).
+
+  By default the demo starts from the pretrained models shipped in the package (`SHIPPED`, made by
+  `--pretrain=DIR` with these defaults); `from_scratch` trains them in the workdir instead (seeded by the run's seed),
+  in three stages (docs/demo.md): collage contrastive (both towers), binding (both towers, NegCLIP's swap negatives),
+  then a text tower from scratch against the frozen vision tower on captions of `bag_noise` (bag-of-words)."""
+  from_scratch: bool = False
   model: str = "tiny"  # the CLIP pretrained from scratch (model.random: 'tiny' or an open_clip name)
-  # plain contrastive pretraining on single images *and* two-image collages with their joined captions (web data has
-  # collages; CLIC's concatenated inputs would otherwise be unlike anything the frozen vision tower has seen)
-  pretrain_collages: bool = True
-  pretrain_steps: int = 1000
   pretrain_batch: int = 64
   pretrain_lr: float = 1e-3
+  # stage 1: plain contrastive on single images *and* two-image collages with their joined captions (CLIC's
+  # concatenated inputs would otherwise be unlike anything the frozen vision tower has seen)
+  collage_steps: int = 1000
+  # stage 2: both towers with NegCLIP's swap negatives: the image embedding must tell a red square and a blue circle
+  # from a blue square and a red circle (the binding-aware vision tower of a converged CLIP)
+  binding_steps: int = 1000
+  # stage 3: a new text tower, vision frozen, stage 1's recipe on captions that exchange the two objects' colours
+  # with probability bag_noise: it learns which colours and shapes an image holds, not which goes with which
+  text_steps: int = 1500
+  bag_noise: float = 0.5
   decoder_steps: int = 300  # READ's decoder: reconstruction-only training on the frozen pretrained CLIP
   decoder_lr: float = 1e-3
 
@@ -67,37 +79,87 @@ def _common():
   return common
 
 
-def _on_world(c, workdir: str):
-  """A copy of `c` that trains on, and evaluates with, the one world of the demo's workdir (written by whichever run
-  comes first; the world and its benchmarks are seeded by `c.seed`)."""
+def _on_world(c, workdir: str, world: str = "world", binding_noise: float = 0.0):
+  """A copy of `c` that trains on `<workdir>/<world>` and evaluates with the held-out benchmarks of
+  `<workdir>/world` (each written by whichever run comes first; seeded by `c.seed`)."""
   c = copy.deepcopy(c)
-  c.data.source, c.data.path = "synthetic", os.path.join(workdir, "world")
+  c.data.source, c.data.path = "synthetic", os.path.join(workdir, world)
+  c.data.synthetic_binding_noise = binding_noise
   c.evals.source, c.evals.data_dir, c.evals.image_dir = "synthetic", os.path.join(workdir, "world", "benchmarks"), ""
   return c
 
 
-def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
-  """The tiny CLIP trained from scratch with the contrastive loss; cached. Returns its HF export directory."""
-  out = os.path.join(workdir, "pretrained")
-  export = os.path.join(out, "export", "hf")
-  if os.path.exists(os.path.join(export, "model.safetensors")):
-    return export
-  p = _on_world(c, workdir)
-  if opts.pretrain_collages:  # CLIC's data with only its contrastive term: no negatives, no paraphrase term
-    p.method, p.data.synthetic_format, p.clip_every = "clic", "csv", 1
-    p.loss.w_cont, p.loss.w_sneg, p.loss.w_uni = 1.0, 0.0, 0.0
-  else:
-    p.method, p.data.synthetic_format, p.clip_every = "clip", "coco", 0
-  p.model.random, p.model.init = opts.model, ""
-  p.batch_size, p.total_steps = opts.pretrain_batch, opts.pretrain_steps
-  p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "read", opts.pretrain_lr, max(1, opts.pretrain_steps // 20)
+def _pretrain_config(c, workdir: str, opts: DemoOptions, steps: int, world: str = "world", noise: float = 0.0):
+  """A pretraining stage's config: `c`'s world, batch, lr (warm-up, cosine decay), no benchmarks."""
+  p = _on_world(c, workdir, world, noise)
+  p.batch_size, p.total_steps = opts.pretrain_batch, steps
+  p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "read", opts.pretrain_lr, max(1, steps // 20)
   common = _common()
-  p.optim.trainable, p.optim.frozen = (r".*",), ()  # both towers
+  p.optim.trainable, p.optim.frozen = (r".*",), ()  # both towers (stage 3 narrows it)
   p.optim.decay, p.optim.no_decay = common.DECAY_2D, common.NO_DECAY_2D
   p.evals.benchmarks = ()
-  p.checkpoint.every_steps = max(1, opts.pretrain_steps // 4)
-  train.run(p, out)
-  return export
+  p.checkpoint.every_steps = max(1, steps // 4)
+  return p
+
+
+def _collage_contrastive(p) -> None:
+  """CLIC's data with only its contrastive term (no negatives, no paraphrase term), alternating with CLIP steps on
+  single images: plain contrastive learning on singles and collages."""
+  p.method, p.data.synthetic_format, p.clip_every = "clic", "csv", 1
+  p.loss.w_cont, p.loss.w_sneg, p.loss.w_uni = 1.0, 0.0, 0.0
+
+
+def _export(run_dir: str) -> str:
+  return os.path.join(run_dir, "export", "hf")
+
+
+def _done(run_dir: str) -> bool:
+  return os.path.exists(os.path.join(_export(run_dir), "model.safetensors"))
+
+
+def new_text_tower(src: str, out: str, seed: int) -> str:
+  """The CLIP of HF directory `src` with its text side (text tower, text projection, logit scale: configs'
+  CLIP_TEXT rules) freshly initialised (seed `seed`), written as an HF directory `out`."""
+  import re  # pylint: disable=import-outside-toplevel
+
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+
+  from compclip_jax import loading  # pylint: disable=import-outside-toplevel
+  from compclip_jax.models.clip import CLIP  # pylint: disable=import-outside-toplevel
+  from compclip_jax.weights import params  # pylint: disable=import-outside-toplevel
+  cfg, flat, tok, pre, _ = loading.load_clip_params(src)
+  model = CLIP(cfg, rngs=nnx.Rngs(seed))
+  text = re.compile("|".join(f"(?:{r})" for r in _common().CLIP_TEXT))
+  fresh = params.flat_params(model)
+  merged = {k: (fresh[k] if text.fullmatch(k) else v) for k, v in flat.items()}
+  loading.save_clip(params.fill_in_place(model, merged), out, "hf", tokenizer=tok, preprocess=pre)
+  return out
+
+
+def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
+  """The tiny CLIP the fine-tuning starts from, trained from scratch in `<workdir>/pretrained/<stage>` (each stage
+  cached: a rerun resumes or reuses it). Returns its HF export directory (stage 3's)."""
+  root = os.path.join(workdir, "pretrained")
+  stages = {k: os.path.join(root, k) for k in ("collages", "binding", "text")}
+  if not _done(stages["collages"]):
+    p = _pretrain_config(c, workdir, opts, opts.collage_steps)
+    _collage_contrastive(p)
+    p.model.random, p.model.init = opts.model, ""
+    train.run(p, stages["collages"])
+  if not _done(stages["binding"]):
+    p = _pretrain_config(c, workdir, opts, opts.binding_steps)
+    p.method, p.data.synthetic_format, p.clip_every = "negclip", "coco", 0
+    p.model.random, p.model.init = "", _export(stages["collages"])
+    train.run(p, stages["binding"])
+  if not _done(stages["text"]):
+    p = _pretrain_config(c, workdir, opts, opts.text_steps, "world_bag", opts.bag_noise)
+    _collage_contrastive(p)
+    common = _common()
+    p.optim.trainable, p.optim.frozen = common.CLIP_TEXT, common.CLIP_VISION
+    p.model.random = ""
+    p.model.init = new_text_tower(_export(stages["binding"]), os.path.join(root, "text_init"), c.seed + 1)
+    train.run(p, stages["text"])
+  return _export(stages["text"])
 
 
 def pretrain_decoder(c, workdir: str, clip_init: str, opts: DemoOptions = DemoOptions()) -> str:
@@ -120,17 +182,74 @@ def pretrain_decoder(c, workdir: str, clip_init: str, opts: DemoOptions = DemoOp
   return export
 
 
+def starting_point(c, workdir: str, opts: DemoOptions = DemoOptions()) -> tuple[str, str]:
+  """(CLIP HF directory, READ decoder's HF T5 directory) the fine-tuning starts from: the shipped ones (hashes
+  checked), or with `opts.from_scratch` those pretrained in the workdir (the decoder only for a method with one)."""
+  if not opts.from_scratch:
+    return shipped.check(shipped.SHIPPED)
+  clip = pretrain(c, workdir, opts)
+  return clip, (pretrain_decoder(c, workdir, clip, opts) if methods.get(c.method).decoder else "")
+
+
+def write_pretrained(c, workdir: str, out: str, opts: DemoOptions) -> dict:
+  """Pretrains the CLIP and READ's decoder from scratch in `workdir` (seed `c.seed`, `opts`) and writes them to
+  `out` in the shipped layout (demo_shipped.write) with a record of how and of its diagnostics (`diagnose`).
+  Returns the manifest."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  t0 = time.time()
+  c = copy.deepcopy(c)
+  c.method = "read"  # the decoder too
+  clip = pretrain(c, workdir, opts)
+  t5 = pretrain_decoder(c, workdir, clip, opts)
+  flags = [
+      f"--{f.name}={getattr(opts, f.name)}" for f in dataclasses.fields(opts)
+      if f.name != "from_scratch" and getattr(opts, f.name) != f.default
+  ]
+  try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    commit = ""
+  record = {
+      "command": " ".join([shipped.REGENERATE, f"--seed={c.seed}", *flags]), "seed": c.seed,
+      "options": dataclasses.asdict(opts), "world": synthetic.world_record(c.data.synthetic_size, c.seed),
+      "git_commit": commit, "pretraining_seconds": round(time.time() - t0, 1)
+  }
+  shipped.write(out, clip, t5, record)
+  # what the shipped (fp16) copy carries, for the regeneration test to compare against
+  diagnosis = diagnose(os.path.join(out, "clip"), workdir, c.seed)
+  record["diagnostics"] = {k: diagnosis[k] for k in ("probes", "sugarcrepe")}
+  manifest = shipped.write(out, clip, t5, record)
+  print(json.dumps(manifest, indent=2), flush=True)
+  return manifest
+
+
 def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions()) -> dict:
-  """The demo of `c`'s method (its runs and reports named `name`, default the method) → {label: (before, after)}."""
+  """The demo of `c`'s method (its runs and reports named `name`, default the method) → {label: (before, after)}.
+  The report draws the run of its control (`CONTROL_OF`) beside it when `<workdir>/<control>` holds one."""
   name = name or c.method
-  init = pretrain(c, workdir, opts)
+  clip, t5 = starting_point(c, workdir, opts)
   f = _on_world(c, workdir)
-  f.model.random, f.model.init = "", init
+  f.model.random, f.model.init = "", clip
   if methods.get(c.method).decoder:
-    f.t5.init, f.t5.random = pretrain_decoder(c, workdir, init, opts), False
+    f.t5.init, f.t5.random = t5, False
   run_dir = os.path.join(workdir, name)
   train.run(f, run_dir)
   return report(run_dir, workdir, name)
+
+
+def run_with_control(c, workdir: str, name: str, opts: DemoOptions = DemoOptions(), overrides: tuple = ()) -> dict:
+  """`name`'s control first (its `:demo` config, the same seed and `--config` overrides: the same data and steps),
+  then `name` (config `c`) → `name`'s {label: (before, after)}, its report drawn against the control's run."""
+  control = CONTROL_OF.get(name)
+  if control:
+    k = demo_config(control)
+    k.seed = c.seed
+    for o in overrides:
+      _override(k, o)
+    run(k, workdir, control, opts)
+  return run(c, workdir, name, opts)
 
 
 def _metrics(run_dir: str) -> list[dict]:
@@ -156,36 +275,19 @@ def report(run_dir: str, workdir: str, method: str) -> dict:
     print(text, flush=True)
     with open(os.path.join(workdir, f"report_{method}.md"), "w") as f:
       f.write(text + "\n")
-    _plot(rows, table, os.path.join(workdir, f"report_{method}.png"), method)
+    control = CONTROL_OF.get(method, "")
+    control_rows = None
+    if control and os.path.exists(os.path.join(workdir, control, "metrics.jsonl")):
+      control_rows = _metrics(os.path.join(workdir, control))
+    demo_plots.plot_report(rows, os.path.join(workdir, f"report_{method}.png"), method, control_rows,
+                           control if control_rows else "")
   return table
-
-
-def _plot(rows: list[dict], table: dict, path: str, method: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1, 2]})
-  for key in sorted({k for m in rows for k in m if k.startswith("loss/")}):
-    pts = [(m["step"], m[key]) for m in rows if key in m]
-    ax1.plot([p[0] for p in pts], [p[1] for p in pts], label=key[len("loss/"):])
-  ax1.set(title=f"{method}: training losses", xlabel="step", ylabel="loss")
-  ax1.legend()
-  labels = list(table)
-  x = range(len(labels))
-  ax2.bar([i - 0.2 for i in x], [100 * table[k][0] for k in labels], 0.4, label="before")
-  ax2.bar([i + 0.2 for i in x], [100 * table[k][1] for k in labels], 0.4, label="after")
-  ax2.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=8)
-  ax2.set(title="held-out benchmarks (%)", ylim=(0, 100))
-  ax2.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------------- seed sweep
 # What a sweep can run: the methods, and two controls — plain contrastive fine-tuning on the same data and steps,
 # with what CLIC and NegCLIP train (the text side; "clip") and with what READ trains (all of CLIP; "clip_all").
-SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read")
+SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read", "clic_read")
 
 
 def demo_config(name: str):
@@ -211,6 +313,7 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
   rerunning with another method added trains only that one.
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
   cols: dict[str, dict[str, list]] = {}
+  names = sorted(names, key=lambda m: m not in CONTROL_OF.values())  # controls first: the reports draw them
   for seed in seeds:
     for k, m in enumerate(names):
       c = demo_config(m)
@@ -228,7 +331,7 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
     print(text, flush=True)
     with open(os.path.join(workdir, "summary.md"), "w") as f:
       f.write(text + "\n")
-    _plot_summary(cols, os.path.join(workdir, "summary.png"))
+    demo_plots.plot_summary(cols, os.path.join(workdir, "summary.png"))
   return cols
 
 
@@ -254,7 +357,7 @@ PAIRED_ROWS = ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT", "SugarCrepe re
                "retrieval text R@5")
 
 # each method's control: plain contrastive fine-tuning of what the method trains
-CONTROL_OF = {"clic": "clip", "negclip": "clip", "read": "clip_all"}
+CONTROL_OF = {"clic": "clip", "negclip": "clip", "read": "clip_all", "clic_read": "clip"}
 
 
 def paired_table(cols: dict, pairs: list[tuple[str, str]] | None = None,
@@ -273,24 +376,44 @@ def paired_table(cols: dict, pairs: list[tuple[str, str]] | None = None,
   return "\n".join(lines)
 
 
-def _plot_summary(cols: dict, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  names = list(cols)
-  labels = list(cols[names[0]])
-  width = 0.8 / len(names)
-  fig, ax = plt.subplots(figsize=(14, 5))
-  for i, n in enumerate(names):
-    stats = [_mean_std(cols[n][lab]) for lab in labels]
-    ax.bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(labels))], [s[0] for s in stats], width,
-           yerr=[s[1] for s in stats], capsize=2, label=n)
-  ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
-  ax.set(title="synthetic world, held-out pairings: mean ± std over seeds (%)", ylim=(0, 100))
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+# ------------------------------------------------------------------------------------------------- diagnostics
+GAP_ROWS = (("attributes", "replace_att", "swap_att"), ("objects", "replace_obj", "swap_obj"))
+
+
+def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300) -> dict:
+  """What the CLIP of HF directory `clip_dir` carries (docs/demo.md "Diagnostics"): the bag and binding probes on
+  its frozen image and text embeddings (demo_probe; scenes cached in `<workdir>/probe`) and its bag-of-words gap
+  (replace − swap, attributes and objects) on the held-out benchmarks of `seed` (`<workdir>/world/benchmarks`, the
+  fine-tuning's files). Writes `<workdir>/diagnose.{json,md}`; returns the record."""
+  from compclip_jax import demo_probe, loading  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators import run as evaluators  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators.tasks import ImageRef  # pylint: disable=import-outside-toplevel
+  model, tok, pre = loading.load_clip(clip_dir)
+  enc = Encoder(model, tok, pre, batch_size=256, progress=False)
+  probes = demo_probe.probes(lambda paths: enc.images([ImageRef(p) for p in paths]), enc.texts,
+                             os.path.join(workdir, "probe"))
+  dirs = synthetic.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n_benchmark,
+                                    seed + evaluators.SYNTHETIC_SEED_OFFSET)
+  sc = evaluators.run_benchmarks(enc, ["sugarcrepe"], dirs["data_dir"], dirs["image_dir"])["sugarcrepe"]["metrics"]
+  gaps = {k: sc[k] for _, *ks in GAP_ROWS for k in ks}
+  record = {"model": clip_dir, "seed": seed, "probes": probes, "sugarcrepe": gaps}
+  lines = ["| diagnostic (held-out scenes, %) | image embeddings | text embeddings | chance |", "|---|---|---|---|"]
+  for key, label in (("binding", "binding probe: own bindings above their swap"),
+                     ("bag", "bag probe: which colours and shapes (per label)")):
+    chance = probes["image"][f"{key}_chance"]
+    lines.append(f"| {label} | {100 * probes['image'][key]:.1f} | {100 * probes['text'][key]:.1f} | "
+                 f"{100 * chance:.1f} |")
+  lines += ["", "| SugarCrepe (held-out, %) | replace | swap | gap |", "|---|---|---|---|"]
+  for label, rep_, swap in GAP_ROWS:
+    lines.append(f"| {label} | {100 * sc[rep_]:.1f} | {100 * sc[swap]:.1f} | {100 * (sc[rep_] - sc[swap]):+.1f} |")
+  text = "\n".join(lines)
+  print(text, flush=True)
+  with open(os.path.join(workdir, "diagnose.md"), "w") as f:
+    f.write(text + "\n")
+  with open(os.path.join(workdir, "diagnose.json"), "w") as f:
+    json.dump(record, f, indent=2)
+  return record
 
 
 # ------------------------------------------------------------------------------ what CLIC's negatives change
@@ -364,6 +487,10 @@ def main(argv=None) -> None:
   ap.add_argument("--method", help="one demo: clic, read, negclip, clip, clic_read (or clip_all); default: a sweep")
   ap.add_argument("--seed", type=int, default=0, help="with --method: the seed of the world, pretraining and run")
   ap.add_argument(
+      "--no_control", action="store_true",
+      help="with --method: do not also run the method's control (plain contrastive fine-tuning of what "
+      "it trains, same data and steps), drawn beside it in report_<method>.png")
+  ap.add_argument(
       "--methods", default=",".join(SWEEP_METHODS),
       help="sweep: comma-separated methods, and the controls clip (plain contrastive fine-tuning of the "
       "text side) and clip_all (of all of CLIP)")
@@ -372,6 +499,14 @@ def main(argv=None) -> None:
   for f in dataclasses.fields(DemoOptions):  # annotations are strings here (from __future__ import annotations)
     kind = parse[f.type]
     ap.add_argument(f"--{f.name}", type=kind, default=f.default, help=f"DemoOptions.{f.name} (default {f.default})")
+  ap.add_argument(
+      "--pretrain", metavar="DIR",
+      help="instead: pretrain the demo's starting point from scratch in --workdir (seed --seed; the "
+      "stage flags below) and write it to DIR in the layout of compclip_jax/assets/demo_pretrained")
+  ap.add_argument(
+      "--diagnose", nargs="?", const="shipped", metavar="CLIP_DIR",
+      help="instead: the probes and bag-of-words gap of a CLIP (default: the shipped starting point; or "
+      "an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's held-out scenes")
   ap.add_argument("--negative_kinds", action="store_true",
                   help="instead: count what CLIC's hard negatives swap on <workdir>/world's captions, and exit")
   a, rest = ap.parse_known_args(argv)
@@ -389,6 +524,22 @@ def main(argv=None) -> None:
       print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
     return
   logging.getLogger().setLevel(logging.WARNING)
+  if a.diagnose:
+    clip_dir = shipped.check()[0] if a.diagnose == "shipped" else a.diagnose
+    if not os.path.isdir(clip_dir):
+      ap.error(f"--diagnose {clip_dir}: not a directory (an HF CLIP directory, or no value: the shipped model)")
+    diagnose(clip_dir, a.workdir, a.seed)
+    return
+  if a.pretrain:
+    c = demo_config("clic")
+    c.seed = a.seed
+    try:
+      for o in overrides:
+        _override(c, o)
+    except (ValueError, KeyError, TypeError) as e:
+      ap.error(str(e))
+    write_pretrained(c, a.workdir, a.pretrain, dataclasses.replace(opts, from_scratch=True))
+    return
   if a.method:
     try:
       c = demo_config(a.method)
@@ -397,7 +548,10 @@ def main(argv=None) -> None:
         _override(c, o)
     except (ValueError, KeyError, TypeError) as e:
       ap.error(str(e))
-    run(c, a.workdir, a.method, opts)
+    if a.no_control:
+      run(c, a.workdir, a.method, opts)
+    else:
+      run_with_control(c, a.workdir, a.method, opts, tuple(overrides))
     return
   if overrides:
     ap.error("--config.KEY=VALUE applies to one demo (--method), not to a sweep")

@@ -5,9 +5,13 @@ configs run the same loaders, transforms and evaluators as a real run. Training 
 (`evals.source="synthetic"`, `compclip_jax.evaluators.run.benchmark_dirs`); each is written once, on process 0, and
 recorded in a manifest (`world.json`, `benchmarks.json`) that makes a rerun reuse it and refuse another (size, seed).
 
-Scenes hold 1–3 objects (colour, shape, size) with a spatial relation between the first two; images have varied
-sizes in both orientations. Each image gets captions in varied phrasings, a multi-sentence description (CLIC's extra
-sentences) and paraphrases (READ's).
+Scenes hold one or two objects (colour, shape, size) with a spatial relation between them, each object about half
+the image's central square across (what a 64 px, patch-8 vision tower can see); images have varied sizes in both
+orientations. Each image gets captions in varied phrasings, a multi-sentence description (CLIC's extra sentences) and
+paraphrases (READ's). A world written with `binding_noise` p describes, in each caption independently with
+probability p, the two objects with their colours exchanged ("a blue square left of a red circle" for a red square
+left of a blue circle): at p = 0.5 its captions say which colours and shapes an image holds but nothing about which
+goes with which — the bag-of-words supervision under which the demo's pretrained text tower learns (docs/demo.md).
 
 Held out: a fixed set of *pairings* {(c1, s1), (c2, s2)} of two colour–shape bindings. Training scenes never hold a
 held-out pairing (in any two of their objects); benchmark scenes are built on one. Every single binding ("red square")
@@ -37,13 +41,15 @@ OPPOSITE = {
     "to the left of": "to the right of", "to the right of": "to the left of", "above": "below", "below": "above"
 }
 # slot of (first, second) object per relation; slots are regions of the image's central square (what the CLIP
-# transform's centre crop keeps): 0 left, 1 right, 2 top, 3 bottom, 4 centre (a lone object)
+# transform's centre crop keeps): 0 left, 1 right, 2 top, 3 bottom, 4 centre (a lone object). Large objects fill
+# ~46 % of the square (≈ 29 px at 64 px, 3–4 patches of 8), small ones ~36 %: the vision tower sees the shapes.
 _SLOT_OF = {"to the left of": (0, 1), "to the right of": (1, 0), "above": (2, 3), "below": (3, 2)}
 _SLOTS = {
-    0: (0.03, 0.34, 0.33, 0.64), 1: (0.67, 0.34, 0.97, 0.64), 2: (0.35, 0.03, 0.65, 0.33), 3: (0.35, 0.67, 0.65, 0.97),
-    4: (0.3, 0.3, 0.7, 0.7)
+    0: (0.02, 0.27, 0.48, 0.73), 1: (0.52, 0.27, 0.98, 0.73), 2: (0.27, 0.02, 0.73, 0.48), 3: (0.27, 0.52, 0.73, 0.98),
+    4: (0.25, 0.25, 0.75, 0.75)
 }
-NUM_OBJECTS_P = (0.15, 0.6, 0.25)  # P(1, 2, 3 objects) in training scenes
+SMALL_SHRINK = 0.05  # a small object's box is inset by this fraction of the square on each side
+NUM_OBJECTS_P = (0.2, 0.8)  # P(1, 2 objects) in training scenes
 HELD_OUT_FRACTION = 0.2
 
 
@@ -69,13 +75,12 @@ def _objects(rng: np.random.Generator, n: int) -> list[tuple[str, str, str]]:
 
 
 def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False) -> dict:
-  """A training scene (no two objects form a held-out pairing) or, with `benchmark`, a scene whose first two objects
-  do (≥ 2 objects; any third object is a training-style one)."""
+  """A training scene (its two objects, if it has two, do not form a held-out pairing) or, with `benchmark`, a
+  two-object scene whose objects do."""
   while True:
-    n = int(rng.choice((2, 3), p=(0.7, 0.3))) if benchmark else int(rng.choice((1, 2, 3), p=NUM_OBJECTS_P))
+    n = 2 if benchmark else int(rng.choice((1, 2), p=NUM_OBJECTS_P))
     objs = _objects(rng, n)
-    keys = [pairing_key(a, b) in held for a, b in itertools.combinations(objs, 2)]
-    if (keys[0] and not any(keys[1:])) if benchmark else not any(keys):
+    if n == 1 or (pairing_key(*objs) in held) == benchmark:
       return {"objects": objs, "relation": str(rng.choice(RELATIONS))}
 
 
@@ -111,11 +116,9 @@ def render(sc: dict, rng: np.random.Generator) -> Image.Image:
   ox, oy = (w - side) / 2, (h - side) / 2
   objs, rel = sc["objects"], sc["relation"]
   slots = [4] if len(objs) == 1 else list(_SLOT_OF[rel])
-  if len(objs) == 3:
-    slots.append(int(rng.choice([s for s in range(4) if s not in slots])))
   for (size, color, shape), slot in zip(objs, slots):
     x0, y0, x1, y1 = _SLOTS[slot]
-    shrink = (0.0 if size == "large" else 0.07) + rng.uniform(-0.015, 0.015)
+    shrink = (0.0 if size == "large" else SMALL_SHRINK) + rng.uniform(0.0, 0.015)
     box = (ox + (x0 + shrink) * side, oy + (y0 + shrink) * side, ox + (x1 - shrink) * side, oy + (y1 - shrink) * side)
     _draw(d, shape, box, COLORS[color])
   return img
@@ -139,37 +142,43 @@ def phrasings(sc: dict) -> list[str]:
         f"{_np(o, True)} in the middle", f"only one shape: {_np(o)}"
     ]
   a, b = objs[:2]
-  caps = [
+  return [
       f"{_np(a)} {r} {_np(b)}", f"there is {_np(a)} {r} {_np(b)}", f"{_the(a)} is {r} {_the(b)}",
       f"{_np(a, True)} {r} {_np(b, True)}", f"{_np(b)} {OPPOSITE[r]} {_np(a)}", f"{r} {_np(b)} there is {_np(a)}",
       f"a picture of {_np(a)} {r} {_np(b)}"
   ]
-  if len(objs) == 3:
-    caps = [
-        f"{c}, and {_np(objs[2])}" if k % 2 == 0 else f"{c}, with {_np(objs[2])} nearby" for k, c in enumerate(caps)
-    ]
-  return caps
 
 
-def captions(sc: dict, rng: np.random.Generator) -> dict:
-  """main (the CLIC CSV caption), extra (its further sentences), coco (5), paraphrases (of `main`)."""
-  ph = phrasings(sc)
-  order = [int(k) for k in rng.permutation(len(ph))]
-  main = ph[order[0]]
-  objs = sc["objects"]
-  count = {
-      1: "there is one shape in the picture", 2: "there are two shapes in the picture",
-      3: "there are three shapes in the picture"
-  }[len(objs)]
+def colours_exchanged(sc: dict) -> dict:
+  """The scene with its two objects' colours exchanged (a one-object scene as it is): what a caption of
+  `binding_noise` describes instead of the scene."""
+  if len(sc["objects"]) < 2:
+    return sc
+  (z1, c1, s1), (z2, c2, s2) = sc["objects"]
+  return {**sc, "objects": [(z1, c2, s1), (z2, c1, s2)]}
+
+
+def captions(sc: dict, rng: np.random.Generator, binding_noise: float = 0.0,
+             noise_rng: np.random.Generator | None = None) -> dict:
+  """main (the CLIC CSV caption), extra (its further sentences), coco (5), paraphrases (of `main`).
+
+  With `binding_noise` p, each caption (and the extra sentences, as one) describes `colours_exchanged(sc)` with
+  probability p, drawn from `noise_rng` (default `rng`; a world draws them from a generator of their own, so its
+  images and phrasings are those of the same world without noise)."""
+  order = [int(k) for k in rng.permutation(len(phrasings(sc)))]
+  told = [sc] * (len(order) + 1)
+  if binding_noise > 0:
+    noise_rng = noise_rng or rng
+    told = [colours_exchanged(sc) if noise_rng.random() < binding_noise else sc for _ in told]
+  ph = [phrasings(t)[k] for t, k in zip(told, order)]  # ph[i]: the i-th phrasing drawn, of what caption i tells
+  objs = told[-1]["objects"]
+  count = {1: "there is one shape in the picture", 2: "there are two shapes in the picture"}[len(objs)]
   extra = [f"{_the(o)} is {o[0]}" for o in objs] + [count]
-  return {
-      "main": main, "extra": extra, "coco": [ph[k] for k in order[:5]],
-      "paraphrases": [ph[k] for k in order[5:]] or [ph[order[-1]]]
-  }
+  return {"main": ph[0], "extra": extra, "coco": ph[:5], "paraphrases": ph[5:] or [ph[-1]]}
 
 
 WORLD_MANIFEST, BENCHMARKS_MANIFEST = "world.json", "benchmarks.json"
-WORLD_FORMAT = 1  # bump when the files a (size, seed) world holds change
+WORLD_FORMAT = 2  # bump when the files a (size, seed) world holds change (2: larger objects, no third object)
 
 
 def _check_manifest(path: str, want: dict, what: str) -> bool:
@@ -202,36 +211,40 @@ def world_paths(root: str) -> dict:
   }
 
 
-def world_record(n: int, seed: int) -> dict:
+def world_record(n: int, seed: int, binding_noise: float = 0.0) -> dict:
   """What `<root>/world.json` records of a world: it is a function of these alone."""
-  return {"format": WORLD_FORMAT, "size": int(n), "seed": int(seed)}
+  record = {"format": WORLD_FORMAT, "size": int(n), "seed": int(seed)}
+  return {**record, "binding_noise": float(binding_noise)} if binding_noise else record
 
 
-def read_world(root: str, n: int, seed: int) -> dict:
-  """The paths of the complete world of (n, seed) under `root`; raises if it is missing or another one."""
+def read_world(root: str, n: int, seed: int, binding_noise: float = 0.0) -> dict:
+  """The paths of the complete world of (n, seed, binding_noise) under `root`; raises if it is missing or another."""
   paths = world_paths(root)
-  if not _check_manifest(paths["manifest"], world_record(n, seed), "data"):
+  if not _check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
     raise FileNotFoundError(f"{root}: no synthetic world ({WORLD_MANIFEST} missing): process 0 writes it "
                             "(compclip_jax.synthetic.write_world)")
   return paths
 
 
-def write_world(root: str, n: int, seed: int = 0) -> dict:
+def write_world(root: str, n: int, seed: int = 0, binding_noise: float = 0.0) -> dict:
   """Writes n training images and both data formats under `root`, then `world.json`; returns the paths.
 
-  A complete world of the same (n, seed) is reused as it is; one of another (n, seed) raises (ValueError)."""
+  `binding_noise`: see `captions` (the images and phrasings are those of binding_noise 0). A complete world of the same
+  (n, seed, binding_noise) is reused as it is; another raises (ValueError)."""
+  if not 0.0 <= binding_noise <= 0.5:
+    raise ValueError(f"binding_noise {binding_noise}: a probability in [0, 0.5]")
   paths = world_paths(root)
-  if _check_manifest(paths["manifest"], world_record(n, seed), "data"):
+  if _check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
     return paths
   os.makedirs(paths["images"], exist_ok=True)
-  rng = np.random.default_rng(seed)
+  rng, noise_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
   held = held_out_pairings()
   rows, images, paras = [], [], {}
   for i in range(n):
     sc = scene(rng, held)
     name = f"{i:05d}.png"
     render(sc, rng).save(os.path.join(paths["images"], name))
-    caps = captions(sc, rng)
+    caps = captions(sc, rng, binding_noise, noise_rng)
     rows.append([name, caps["main"], *caps["extra"]])
     images.append({
         "filepath": "", "filename": name, "split": "train", "cocoid": i, "imgid": i,
@@ -244,7 +257,7 @@ def write_world(root: str, n: int, seed: int = 0) -> dict:
     json.dump({"images": images, "dataset": "synthetic"}, f)
   with open(paths["paraphrases"], "w") as f:
     json.dump(paras, f)
-  _write_manifest(paths["manifest"], world_record(n, seed))
+  _write_manifest(paths["manifest"], world_record(n, seed, binding_noise))
   return paths
 
 
@@ -291,9 +304,8 @@ def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
   """One SugarCrepe-style (caption, negative) per subset for a benchmark scene, plus SugarCrepe++'s second positive
   (the same meaning in other words: the relation inverted)."""
   objs, r = sc["objects"], sc["relation"]
-  (z1, c1, s1), (z2, c2, s2) = objs[:2]
-  tail = f", and {_np(objs[2])}" if len(objs) == 3 else ""
-  say = lambda a, rel, b: f"{a} {rel} {b}{tail}"
+  (z1, c1, s1), (z2, c2, s2) = objs
+  say = lambda a, rel, b: f"{a} {rel} {b}"
   cap = say(f"a {c1} {s1}", r, f"a {c2} {s2}")
   c3 = _other(COLORS, {o[1] for o in objs}, rng)
   rows = {
@@ -306,7 +318,7 @@ def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
   }
   if s1 != s2:
     rows["swap_obj"] = say(f"a {c1} {s2}", r, f"a {c2} {s1}")
-  para = f"a {c2} {s2} {OPPOSITE[r]} a {c1} {s1}{tail}"
+  para = f"a {c2} {s2} {OPPOSITE[r]} a {c1} {s1}"
   return {k: {"caption": cap, "caption2": para, "negative_caption": v} for k, v in rows.items()}
 
 

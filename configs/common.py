@@ -39,7 +39,9 @@ def base() -> ml_collections.ConfigDict:
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
   # data.source: csv, coco, prepared (data.path) or synthetic: the generated world (compclip_jax/synthetic.py) of
   # data.synthetic_size scenes seeded by `seed`, written once into data.path (default <workdir>/world), read as CLIC
-  # rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco").
+  # rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco"); synthetic_binding_noise p: each caption names
+  # the two objects with their colours exchanged with probability p (compclip_jax/synthetic.py; the demo's
+  # pretraining of a bag-of-words text tower uses 0.5).
   c.data = dict(
       source="csv",
       path="",
@@ -51,6 +53,7 @@ def base() -> ml_collections.ConfigDict:
       image_size=224,
       synthetic_size=0,
       synthetic_format="csv",
+      synthetic_binding_noise=0.0,
       clic_concat=True,
       trim_tokens=True,
       clic_imagenet_normalization=True,

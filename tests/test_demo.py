@@ -1,5 +1,6 @@
-"""The demo's entry point (python -m compclip_jax.demo) on a tiny world: world → pretraining → fine-tuning → report,
-the world written once and shared by its runs; and main.py pointing a `:demo` config at it."""
+"""The demo's entry point (python -m compclip_jax.demo) on a tiny world: world → pretraining from scratch (three
+stages) → the control and the method → report, the world written once and shared by its runs; and main.py pointing
+a `:demo` config at it."""
 import json
 import os
 import subprocess
@@ -12,9 +13,10 @@ from compclip_jax import demo
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 TINY = [
-    "--pretrain_steps=2", "--pretrain_batch=8", "--config.data.synthetic_size=24", "--config.evals.synthetic_size=12",
-    "--config.data.image_size=32", "--config.batch_size=8", "--config.total_steps=2", "--config.evals.every_steps=0",
-    "--config.log_every=1", "--config.checkpoint.every_steps=2"
+    "--from_scratch", "--collage_steps=2", "--binding_steps=2", "--text_steps=2", "--pretrain_batch=8",
+    "--config.data.synthetic_size=24", "--config.evals.synthetic_size=12", "--config.data.image_size=32",
+    "--config.batch_size=8", "--config.total_steps=2", "--config.evals.every_steps=0", "--config.log_every=1",
+    "--config.checkpoint.every_steps=2"
 ]
 
 
@@ -24,13 +26,22 @@ def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "| clic on the synthetic world" in out.stdout and (tmp_path / "report_clic.md").exists()
-  assert (tmp_path / "pretrained" / "export" / "hf" / "model.safetensors").exists()
-  # one world for the pretraining and the fine-tuning, of the config's size and seed (no per-run copies)
+  assert (tmp_path / "report_clic.png").stat().st_size > 10_000
+  pretrained = tmp_path / "pretrained"
+  for stage in ("collages", "binding", "text"):
+    assert (pretrained / stage / "export" / "hf" / "model.safetensors").exists(), stage
+  # one world for pretraining and fine-tuning, of the config's size and seed (no per-run copies), and its
+  # bag-of-words captions (the same images) for the text stage
   assert json.load(open(tmp_path / "world" / "world.json"))["size"] == 24
-  assert not (tmp_path / "pretrained" / "world").exists() and not (tmp_path / "clic" / "world").exists()
-  ran = json.load(open(tmp_path / "clic" / "config.json"))
-  assert ran["data"]["source"] == "synthetic" and ran["data"]["path"] == str(tmp_path / "world")
-  assert ran["model"]["init"] == str(tmp_path / "pretrained" / "export" / "hf") and ran["total_steps"] == 2
+  assert json.load(open(tmp_path / "world_bag" / "world.json"))["binding_noise"] == 0.5
+  assert not (pretrained / "world").exists() and not (tmp_path / "clic" / "world").exists()
+  stages = {k: json.load(open(pretrained / k / "config.json")) for k in ("binding", "text")}
+  assert stages["binding"]["method"] == "negclip" and stages["binding"]["optim"]["trainable"] == [".*"]
+  assert stages["text"]["optim"]["frozen"] == [r"vision_model\..*", r"visual_projection\..*"]
+  for name in ("clip", "clic"):  # the control first, with the same data and steps, then the method
+    ran = json.load(open(tmp_path / name / "config.json"))
+    assert ran["data"]["source"] == "synthetic" and ran["data"]["path"] == str(tmp_path / "world")
+    assert ran["model"]["init"] == str(pretrained / "text" / "export" / "hf") and ran["total_steps"] == 2
 
 
 def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):

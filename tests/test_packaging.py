@@ -46,6 +46,10 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
   assert where[2].startswith("clic/") and where[3].startswith("read/") and where[4].startswith("clic/")
   assert where[2] != where[4]  # :runlocal is its own config
   assert os.path.exists(os.path.join(site, "compclip_jax", "weights", "clip_merges.txt.gz"))
+  # the demo's shipped pretrained models come along, whole (every recorded hash checked)
+  shipped = subprocess.run([py, "-c", "from compclip_jax import demo_shipped; print(demo_shipped.check()[0])"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+  assert shipped.returncode == 0 and shipped.stdout.startswith(site), shipped.stderr[-2000:]
   # console entry points
   bindir = venv / "bin"
   for script in ("compclip-train", "compclip-evaluate", "compclip-convert", "compclip-prepare"):

@@ -33,9 +33,8 @@ def test_world_and_benchmarks(tmp_path):
   assert len(held) == round(synthetic.HELD_OUT_FRACTION * pairings) == 30
   src = CsvSource(world["csv"], world["images"])
   assert len(src) == 120 and not src.rejected
-  counts = {len(OBJ.findall(src[i]["sentences"][0].split(",")[0])) for i in range(len(src))}
-  assert counts == {1, 2}  # 1–3 objects (the third, after the comma, is named in a clause of its own)
-  assert any("," in src[i]["sentences"][0] for i in range(len(src)))  # quoted in the CSV, read back whole
+  counts = {len(OBJ.findall(src[i]["sentences"][0])) for i in range(len(src))}
+  assert counts == {1, 2}  # one or two objects
   coco = CocoSource(world["coco_json"], world["images"], ("train",))
   assert len(coco) == 120
   for i in range(len(coco)):  # no training caption names a held-out pairing
@@ -50,6 +49,35 @@ def test_world_and_benchmarks(tmp_path):
   assert all(r["caption2"] != r["caption"] and _pairings(r["caption2"]) == _pairings(r["caption"]) for r in pp)
   assert len(sc.images) == 40
   assert registry.load("coco_retrieval", bench["data_dir"], bench["image_dir"]).task == "zeroshot_retrieval"
+
+
+def test_bag_of_words_world_has_the_same_images_and_exchanged_colours_in_half_its_captions(tmp_path):
+  """data.synthetic_binding_noise: the same images and phrasings as the clean world of the same seed; each caption
+  names the two objects with their colours exchanged with probability p (checked against the clean caption)."""
+  clean = synthetic.write_world(str(tmp_path / "clean"), 300, seed=5)
+  bag = synthetic.write_world(str(tmp_path / "bag"), 300, seed=5, binding_noise=0.5)
+  for i in (0, 7, 299):
+    name = f"{i:05d}.png"
+    assert open(f"{clean['images']}/{name}", "rb").read() == open(f"{bag['images']}/{name}", "rb").read()
+  a, b = (json.load(open(w["coco_json"]))["images"] for w in (clean, bag))
+  exchanged = same = 0
+  for x, y in zip(a, b):
+    for sx, sy in zip(x["sentences"], y["sentences"]):
+      cx, cy = OBJ.findall(sx["raw"]), OBJ.findall(sy["raw"])
+      if len(cx) == 2:
+        assert sorted(sx["raw"].split()) == sorted(sy["raw"].split())  # same phrasing, same words
+        if cy == cx:
+          same += 1
+        else:  # the colours of the two objects exchanged, the shapes in place
+          assert cy == [(cx[1][0], cx[0][1]), (cx[0][0], cx[1][1])], (sx, sy)
+          exchanged += 1
+  assert 0.42 < exchanged / (exchanged + same) < 0.58
+  assert json.load(open(tmp_path / "bag" / "world.json"))["binding_noise"] == 0.5
+  assert "binding_noise" not in json.load(open(tmp_path / "clean" / "world.json"))  # older manifests still match
+  with pytest.raises(ValueError, match="binding_noise 0.7"):
+    synthetic.write_world(str(tmp_path / "bad"), 10, seed=5, binding_noise=0.7)
+  with pytest.raises(ValueError, match="holds other synthetic data"):  # the bag world is not the clean one
+    synthetic.read_world(str(tmp_path / "bag"), 300, 5)
 
 
 def test_summary_table_is_mean_and_sample_std_over_seeds():
@@ -149,12 +177,13 @@ def test_cached_analyses_are_what_the_tagger_computes(tmp_path):
 def test_make_source_reads_the_config(tmp_path):
   d = ml_collections.ConfigDict(
       dict(source="synthetic", path="", image_root="", paraphrases="", splits=("train",), synthetic_size=0,
-           synthetic_format="tsv", any_image_format=False))
+           synthetic_format="tsv", synthetic_binding_noise=0.6, any_image_format=False))
   assert sources.config_errors(d) == [
       "data.synthetic_size 0: the synthetic world needs ≥ 1 scene",
-      "data.synthetic_format 'tsv': use one of ('csv', 'coco')"
+      "data.synthetic_format 'tsv': use one of ('csv', 'coco')",
+      "data.synthetic_binding_noise 0.6: a probability in [0, 0.5]"
   ]
-  d.synthetic_size, d.synthetic_format = 16, "csv"
+  d.synthetic_size, d.synthetic_format, d.synthetic_binding_noise = 16, "csv", 0.0
   assert sources.config_errors(d) == []
   src = sources.make_source(d, str(tmp_path), seed=2)  # default place: <workdir>/world
   assert len(src) == 16 and (tmp_path / "world" / "world.json").exists()

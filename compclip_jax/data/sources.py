@@ -325,6 +325,8 @@ def config_errors(d) -> list[str]:
       errors.append(f"data.synthetic_size {d.synthetic_size}: the synthetic world needs ≥ 1 scene")
     if d.synthetic_format not in SYNTHETIC_FORMATS:
       errors.append(f"data.synthetic_format {d.synthetic_format!r}: use one of {SYNTHETIC_FORMATS}")
+    if not 0.0 <= d.synthetic_binding_noise <= 0.5:
+      errors.append(f"data.synthetic_binding_noise {d.synthetic_binding_noise}: a probability in [0, 0.5]")
     return errors
   if not d.path or not os.path.exists(d.path):
     errors.append(f"data.path {d.path!r} does not exist")
@@ -344,7 +346,8 @@ def make_source(d, workdir: str, seed: int, process_index: int = 0, barrier: Cal
   """
   if d.source == "synthetic":
     return synthetic_source(d.path or os.path.join(workdir, "world"), d.synthetic_size, seed, d.synthetic_format,
-                            process_index, barrier, any_image_format=d.any_image_format)
+                            process_index, barrier, any_image_format=d.any_image_format,
+                            binding_noise=d.synthetic_binding_noise)
   if d.source == "csv":
     return CsvSource(d.path, d.image_root, any_image_format=d.any_image_format)
   if d.source == "coco":
@@ -353,16 +356,17 @@ def make_source(d, workdir: str, seed: int, process_index: int = 0, barrier: Cal
 
 
 def synthetic_source(root: str, size: int, seed: int, fmt: str = "csv", process_index: int = 0,
-                     barrier: Callable[[str], None] | None = None, tagger=None, any_image_format: bool = False):
+                     barrier: Callable[[str], None] | None = None, tagger=None, any_image_format: bool = False,
+                     binding_noise: float = 0.0):
   """The synthetic world (compclip_jax/synthetic.py) as a training source, written once: process 0 writes it under
   `root` (images, both data formats, every sentence's spaCy analysis, the manifest) unless the same world is there,
   the processes meet at `barrier`, then every process reads the files. → `AnalysedSource` over a CsvSource (`fmt`
   "csv") or CocoSource ("coco")."""
   if process_index == 0:
-    write_synthetic(root, size, seed, tagger)
+    write_synthetic(root, size, seed, tagger, binding_noise)
   if barrier is not None:
     barrier("synthetic world written")
-  return read_synthetic(root, size, seed, fmt, any_image_format)
+  return read_synthetic(root, size, seed, fmt, any_image_format, binding_noise)
 
 
 def _world_sources(paths: dict, any_image_format: bool = False) -> dict:
@@ -372,17 +376,17 @@ def _world_sources(paths: dict, any_image_format: bool = False) -> dict:
   }
 
 
-def write_synthetic(root: str, size: int, seed: int, tagger=None) -> dict:
+def write_synthetic(root: str, size: int, seed: int, tagger=None, binding_noise: float = 0.0) -> dict:
   """Writes (or checks) the world of (size, seed) under `root`, then the spaCy analysis of every sentence either
   format yields, tagged once, batched (`ANALYSES_FILE`): what the methods' tagger would compute sentence by sentence,
   so the CLIC / NegCLIP / READ negatives are the same and the pipeline tags nothing. Returns the world's paths."""
-  paths = synthetic.write_world(root, size, seed)
+  paths = synthetic.write_world(root, size, seed, binding_noise)
   out = os.path.join(root, ANALYSES_FILE)
   if not os.path.exists(out):
     tagger = tagger or SpacyTagger()
     sentences = list(dict.fromkeys(s for src in _world_sources(paths).values() for _, s in _sentences(src)))
     record = {
-        "pos_pipeline": tagger.identity(), "world": synthetic.world_record(size, seed),
+        "pos_pipeline": tagger.identity(), "world": synthetic.world_record(size, seed, binding_noise),
         "analyses": {s: a.to_json() for s, a in zip(sentences, tagger(sentences))}
     }
     with open(out + ".tmp", "w") as f:
@@ -398,17 +402,19 @@ def _sentences(src):
       yield k, s
 
 
-def read_synthetic(root: str, size: int, seed: int, fmt: str = "csv", any_image_format: bool = False):
-  """The complete world of (size, seed) under `root` as an `AnalysedSource` in format `fmt` (`SYNTHETIC_FORMATS`)."""
+def read_synthetic(root: str, size: int, seed: int, fmt: str = "csv", any_image_format: bool = False,
+                   binding_noise: float = 0.0):
+  """The complete world of (size, seed, binding_noise) under `root` as an `AnalysedSource` in format `fmt`
+  (`SYNTHETIC_FORMATS`)."""
   if fmt not in SYNTHETIC_FORMATS:
     raise ValueError(f"synthetic format {fmt!r}: use one of {SYNTHETIC_FORMATS}")
-  paths = synthetic.read_world(root, size, seed)
+  paths = synthetic.read_world(root, size, seed, binding_noise)
   path = os.path.join(root, ANALYSES_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f"{root}: no {ANALYSES_FILE}; the world's writer (data.sources.write_synthetic) adds it")
   with open(path) as f:
     cached = json.load(f)
-  same_world = cached.get("world") == synthetic.world_record(size, seed)
+  same_world = cached.get("world") == synthetic.world_record(size, seed, binding_noise)
   if not same_world or not pos_pipeline_has_parser(cached.get("pos_pipeline", "")):
     raise ValueError(f"{path} was tagged for another world or without spaCy's parser; delete it (the next run tags "
                      "the world again)")

@@ -1,0 +1,71 @@
+"""The demo's diagnostics (compclip_jax/demo_probe.py) on embeddings whose content is known by construction: features
+that encode bindings pass the binding probe, features that encode only the bag of colours and shapes pass the bag
+probe and fail the binding probe; ridge regression against numpy's least squares."""
+import numpy as np
+
+from compclip_jax import demo_probe, synthetic
+
+
+def _binding_features(scenes):  # one-hot of the bindings present: binding-aware by construction
+  return demo_probe.binding_targets(scenes)
+
+
+def _bag_features(scenes):  # one-hot of the colours and the shapes present: a bag of words by construction
+  return demo_probe.bag_targets(scenes)
+
+
+def test_probe_scenes_train_on_training_pairings_and_test_on_held_out_ones():
+  train, test = demo_probe.probe_scenes(300, 100, seed=3)
+  held = synthetic.held_out_pairings()
+  assert all(len(sc["objects"]) == 1 or synthetic.pairing_key(*sc["objects"]) not in held for sc in train)
+  assert all(synthetic.pairing_key(*sc["objects"]) in held for sc in test)
+  assert all(sc["objects"][0][2] != sc["objects"][1][2] for sc in test)  # a swap changes the bindings
+  assert demo_probe.probe_scenes(300, 100, seed=3) == (train, test)  # seeded
+
+
+def test_ridge_without_penalty_is_least_squares():
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(50, 4)), (rng.random((50, 3)) > 0.5).astype(float)
+  w = demo_probe.ridge(x, y, lam=0.0)
+  ref, *_ = np.linalg.lstsq(np.c_[x, np.ones(50)], 2 * y - 1, rcond=None)
+  np.testing.assert_allclose(w, ref, atol=1e-10)
+
+
+def test_binding_features_pass_both_probes_bag_features_only_the_bag_probe():
+  train, test = demo_probe.probe_scenes(2000, 300, seed=1)
+  binding = demo_probe.probe(_binding_features(train), train, _binding_features(test), test)
+  bag = demo_probe.probe(_bag_features(train), train, _bag_features(test), test)
+  assert binding["binding"] > 0.95 and bag["bag"] > 0.95
+  # a bag holds nothing that tells a scene's bindings from their swap (the same four words): a linear readout of it
+  # guesses from the training scenes' statistics, about as often right as wrong
+  assert 0.35 < bag["binding"] < 0.65
+  assert 0.5 < bag["bag_chance"] < 1.0 and binding["binding_chance"] == 0.5
+
+
+def test_bag_accuracy_and_chance_by_hand():
+  y = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+  w = np.zeros((2, 2))
+  w[1] = [1.0, -1.0]  # bias only: always says label 0 present, label 1 absent
+  acc, chance = demo_probe.bag_accuracy(w, np.zeros((4, 1)), y)
+  assert acc == (3 / 4 + 3 / 4) / 2 and chance == (3 / 4 + 3 / 4) / 2
+
+
+def test_probes_render_once_and_pass_embeddings_of_images_and_plain_captions(tmp_path):
+  seen = {}
+
+  def embed_images(paths):
+    seen["paths"] = paths
+    return np.random.default_rng(0).normal(size=(len(paths), 8))
+
+  def embed_texts(texts):
+    seen["texts"] = texts
+    return np.random.default_rng(1).normal(size=(len(texts), 8))
+
+  out = demo_probe.probes(embed_images, embed_texts, str(tmp_path / "probe"), n_train=40, n_test=10, seed=2)
+  train, test = demo_probe.probe_scenes(40, 10, seed=2)
+  assert len(seen["paths"]) == 50 and all(p.endswith(".png") for p in seen["paths"])
+  assert seen["texts"][40] == synthetic.phrasings(test[0])[0]  # "a red square to the left of a blue circle"
+  assert set(out) == {"image", "text"} and 0 <= out["image"]["binding"] <= 1
+  stamp = (tmp_path / "probe" / "00000.png").stat().st_mtime_ns
+  demo_probe.probes(embed_images, embed_texts, str(tmp_path / "probe"), n_train=40, n_test=10, seed=2)
+  assert (tmp_path / "probe" / "00000.png").stat().st_mtime_ns == stamp  # cached, not rendered again
