@@ -2,24 +2,25 @@
 top of the library (`train.run` on `configs/<method>.py:demo` values; nothing in training knows the demo exists).
 
   python -m compclip_jax.demo --method=clic --workdir=runs/demo      # also read, negclip, clip, clic_read
-  python -m compclip_jax.demo --methods=clip,clic,read --seeds=0,1,2 --workdir=runs/sweep   # a seed sweep
+  python -m compclip_jax.demo --workdir=runs/sweep --seeds=0,1,2     # every method and control × 3 seeds
+  python -m compclip_jax.demo --diagnose --workdir=runs/diagnose     # what the starting point's embeddings carry
 
 1. the world (training images + captions in the CLIC CSV and COCO formats, every caption's spaCy analysis) and its
    held-out benchmarks (SugarCrepe, SugarCrepe++ and retrieval files built on pairings of colour–shape bindings never
    seen in training), written once into `<workdir>/world` by the first training run (`data.source="synthetic"`,
    `evals.source="synthetic"`) and read by every later one;
-2. a tiny CLIP pretrained from scratch with the plain contrastive loss (on single images and, with
-   `DemoOptions.pretrain_collages`, two-image collages), cached in `<workdir>/pretrained` (reruns and the other methods'
-   demos reuse it); for a method with READ's decoder also a tiny random T5 v1.1 decoder (the bundled SentencePiece
-   model) trained to reconstruct the captions from that CLIP's (frozen) text embedding, cached in
-   `<workdir>/pretrained_t5` — READ's frozen decoder, standing in for the language-pretrained T5 v1.1 of a real run;
-3. fine-tuning with the method from that checkpoint (`configs/<method>.py:demo`), evaluated before and after;
-4. a before/after table (console + `<workdir>/report_<method>.md`) and plots (`<workdir>/report_<method>.png`).
+2. the starting point in the papers' regime — a tiny CLIP whose frozen vision tower binds colours to shapes and whose
+   text tower is a bag of words, and READ's tiny T5 v1.1 decoder — shipped in the package (`demo_shipped`; hashes
+   checked) or, with `--from_scratch`, pretrained in `<workdir>/pretrained` in three stages (`pretrain`);
+3. fine-tuning with the method's control (plain contrastive fine-tuning of what the method trains, `CONTROL_OF`) and
+   then the method, from that checkpoint (`configs/<method>.py:demo`), evaluated along the way;
+4. a before/after table (console + `<workdir>/report_<method>.md`) and plots (`<workdir>/report_<method>.png`: the
+   method against its control over steps, its loss terms).
 
-A sweep (`sweep`) runs several methods over several seeds, with plain contrastive fine-tuning (`configs/clip.py:demo`)
-as the control: the same data and steps without a method, training the text side (as CLIC and NegCLIP do) or all of
-CLIP (as READ does). The demo's own knobs (pretraining) are `DemoOptions`, one flag each; `--config.KEY=VALUE`
-overrides the fine-tuning config.
+A sweep (`sweep`) runs several methods and both controls — `clip` trains the text side (as CLIC and NegCLIP do),
+`clip_all` all of CLIP (as READ does) — over several seeds (the fine-tuning world, benchmarks and runs; the starting
+point is the shipped one) and writes mean ± std and per-seed tables. The demo's own knobs (the starting point) are
+`DemoOptions`, one flag each; `--config.KEY=VALUE` overrides the fine-tuning config.
 """
 from __future__ import annotations
 
@@ -335,11 +336,6 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
   return cols
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-  v = np.asarray(values, np.float64) * 100
-  return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
-
-
 def summary_table(cols: dict, seeds: list[int]) -> str:
   names = list(cols)
   seeds_ = ", ".join(map(str, seeds))
@@ -348,7 +344,7 @@ def summary_table(cols: dict, seeds: list[int]) -> str:
       "|---|" + "---|" * len(names)
   ]
   for label in cols[names[0]]:
-    cells = ["{:.1f} ± {:.1f}".format(*_mean_std(cols[n][label])) if label in cols[n] else "–" for n in names]
+    cells = ["{:.1f} ± {:.1f}".format(*demo_plots.mean_std(cols[n][label])) if label in cols[n] else "–" for n in names]
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -362,15 +358,18 @@ CONTROL_OF = {"clic": "clip", "negclip": "clip", "read": "clip_all", "clic_read"
 
 def paired_table(cols: dict, pairs: list[tuple[str, str]] | None = None,
                  title: str = "change from the pretrained model") -> str:
-  """Per-seed differences (name − baseline) for each (name, baseline) pair, mean ± std over seeds, in percentage
-  points; default pairs: every column against "pretrained"."""
+  """Per-seed differences (name − baseline) for each (name, baseline) pair, mean ± std over seeds and then each
+  seed's, in percentage points; default pairs: every column against "pretrained"."""
   pairs = pairs or [(n, "pretrained") for n in cols if n != "pretrained"]
   lines = [
-      f"| {title} (points), mean ± std over seeds | " + " | ".join(PAIRED_ROWS) + " |",
+      f"| {title} (points), mean ± std over seeds (per seed) | " + " | ".join(PAIRED_ROWS) + " |",
       "|---|" + "---|" * len(PAIRED_ROWS)
   ]
   for name, base in pairs:
-    cells = ["{:+.1f} ± {:.1f}".format(*_mean_std(np.subtract(cols[name][r], cols[base][r]))) for r in PAIRED_ROWS]
+    diffs = [np.subtract(cols[name][r], cols[base][r]) for r in PAIRED_ROWS]  # per seed, same-seed pairs
+    cells = [
+        "{:+.1f} ± {:.1f} ({})".format(*demo_plots.mean_std(d), " / ".join(f"{100 * v:+.1f}" for v in d)) for d in diffs
+    ]
     label = name if base == "pretrained" else f"{name} − {base}"
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
@@ -399,7 +398,8 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   gaps = {k: sc[k] for _, *ks in GAP_ROWS for k in ks}
   record = {"model": clip_dir, "seed": seed, "probes": probes, "sugarcrepe": gaps}
   lines = ["| diagnostic (held-out scenes, %) | image embeddings | text embeddings | chance |", "|---|---|---|---|"]
-  for key, label in (("binding", "binding probe: own bindings above their swap"),
+  for key, label in (("binding", "binding probe: own bindings above their swap (two shapes)"),
+                     ("place", "place probe: which colour is where (two objects of one shape)"),
                      ("bag", "bag probe: which colours and shapes (per label)")):
     chance = probes["image"][f"{key}_chance"]
     lines.append(f"| {label} | {100 * probes['image'][key]:.1f} | {100 * probes['text'][key]:.1f} | "
@@ -497,8 +497,9 @@ def main(argv=None) -> None:
   ap.add_argument("--seeds", default="0,1,2", help="sweep: comma-separated integers")
   parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "float": float, "str": str}
   for f in dataclasses.fields(DemoOptions):  # annotations are strings here (from __future__ import annotations)
-    kind = parse[f.type]
-    ap.add_argument(f"--{f.name}", type=kind, default=f.default, help=f"DemoOptions.{f.name} (default {f.default})")
+    flag = {"nargs": "?", "const": True} if f.type == "bool" else {}  # --from_scratch alone means true
+    ap.add_argument(f"--{f.name}", type=parse[f.type], default=f.default, **flag,
+                    help=f"DemoOptions.{f.name} (default {f.default})")
   ap.add_argument(
       "--pretrain", metavar="DIR",
       help="instead: pretrain the demo's starting point from scratch in --workdir (seed --seed; the "

@@ -4,7 +4,7 @@ SHA-256 of every file, so a demo never fine-tunes from a silently different mode
 
   compclip_jax/assets/demo_pretrained/
     clip/  config.json, model.safetensors (fp16), preprocessor_config.json   — an HF CLIP directory
-    t5/    config.json, model.safetensors (fp16)                               — an HF T5 v1.1 decoder directory
+    t5/    config.json, model.safetensors (fp16), spiece.model                — an HF T5 v1.1 decoder directory
     pretrained.json  {"command", "seed", "options", "world", "files": {relative path: sha256}, ...}
 
 Made by `python -m compclip_jax.demo --pretrain=compclip_jax/assets/demo_pretrained --workdir=runs/pretrain` (the
@@ -23,7 +23,8 @@ SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "de
 MANIFEST = "pretrained.json"
 REGENERATE = "python -m compclip_jax.demo --pretrain=compclip_jax/assets/demo_pretrained --workdir=runs/pretrain"
 _FILES = {
-    "clip": ("config.json", "model.safetensors", "preprocessor_config.json"), "t5": ("config.json", "model.safetensors")
+    "clip": ("config.json", "model.safetensors", "preprocessor_config.json"),
+    "t5": ("config.json", "model.safetensors", "spiece.model")
 }
 
 
@@ -69,18 +70,27 @@ def _copy_fp16(src: str, dst: str) -> None:
 
 def write(root: str, clip_dir: str, t5_dir: str, record: dict) -> dict:
   """Copies the HF CLIP directory `clip_dir` and HF T5 directory `t5_dir` into `root` (weights as fp16) and writes
-  the manifest: `record` (how they were made) + "files" {relative path: sha256}. Returns the manifest."""
+  the manifest: `record` (how they were made) + "files" {relative path: sha256}. Returns the manifest.
+
+  A file whose bytes are already there is left untouched (its mtime too: runs that started from it still match
+  their recorded `model.init_files`)."""
   files_ = {}
   for part, src_dir in (("clip", clip_dir), ("t5", t5_dir)):
     os.makedirs(os.path.join(root, part), exist_ok=True)
     for name in _FILES[part]:
       src, dst = os.path.join(src_dir, name), os.path.join(root, part, name)
+      tmp = dst + ".tmp"
       if name == "model.safetensors":
-        _copy_fp16(src, dst)
+        _copy_fp16(src, tmp)
       else:
-        with open(src, "rb") as f, open(dst, "wb") as g:
+        with open(src, "rb") as f, open(tmp, "wb") as g:
           g.write(f.read())
-      files_[f"{part}/{name}"] = sha256(dst)
+      digest = sha256(tmp)
+      if os.path.exists(dst) and sha256(dst) == digest:
+        os.remove(tmp)
+      else:
+        os.replace(tmp, dst)
+      files_[f"{part}/{name}"] = digest
   manifest = {**record, "files": files_}
   with open(os.path.join(root, MANIFEST), "w") as f:
     json.dump(manifest, f, indent=2)

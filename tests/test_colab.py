@@ -29,7 +29,8 @@ def _kernel_imports_this_checkout(monkeypatch):
 @pytest.mark.slow
 def test_demo_notebook_runs_read_tiny(tmp_path):
   nb = _execute("demo.ipynb", f"METHOD, TINY, INSTALL, WORKDIR = 'read', True, False, {str(tmp_path)!r}")
-  assert (tmp_path / "report_read.png").exists() and (tmp_path / "pretrained_t5" / "export" / "t5").is_dir()
+  assert (tmp_path / "report_read.png").exists() and (tmp_path / "clip_all" / "metrics.jsonl").exists()  # + control
+  assert not (tmp_path / "pretrained").exists()  # from the shipped starting point
   shown = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "display_data"]
   assert any("image/png" in o["data"] for o in shown) and any("text/markdown" in o["data"] for o in shown)
 

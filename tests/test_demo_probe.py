@@ -15,12 +15,13 @@ def _bag_features(scenes):  # one-hot of the colours and the shapes present: a b
 
 
 def test_probe_scenes_train_on_training_pairings_and_test_on_held_out_ones():
-  train, test = demo_probe.probe_scenes(300, 100, seed=3)
+  train, test, same = demo_probe.probe_scenes(300, 100, seed=3)
   held = synthetic.held_out_pairings()
   assert all(len(sc["objects"]) == 1 or synthetic.pairing_key(*sc["objects"]) not in held for sc in train)
-  assert all(synthetic.pairing_key(*sc["objects"]) in held for sc in test)
+  assert all(synthetic.pairing_key(*sc["objects"]) in held for sc in test + same)
   assert all(sc["objects"][0][2] != sc["objects"][1][2] for sc in test)  # a swap changes the bindings
-  assert demo_probe.probe_scenes(300, 100, seed=3) == (train, test)  # seeded
+  assert all(sc["objects"][0][2] == sc["objects"][1][2] for sc in same)  # a swap changes only the places
+  assert len(test) == len(same) == 100 and demo_probe.probe_scenes(300, 100, seed=3) == (train, test, same)
 
 
 def test_ridge_without_penalty_is_least_squares():
@@ -32,7 +33,7 @@ def test_ridge_without_penalty_is_least_squares():
 
 
 def test_binding_features_pass_both_probes_bag_features_only_the_bag_probe():
-  train, test = demo_probe.probe_scenes(2000, 300, seed=1)
+  train, test, _ = demo_probe.probe_scenes(2000, 300, seed=1)
   binding = demo_probe.probe(_binding_features(train), train, _binding_features(test), test)
   bag = demo_probe.probe(_bag_features(train), train, _bag_features(test), test)
   assert binding["binding"] > 0.95 and bag["bag"] > 0.95
@@ -40,6 +41,16 @@ def test_binding_features_pass_both_probes_bag_features_only_the_bag_probe():
   # guesses from the training scenes' statistics, about as often right as wrong
   assert 0.35 < bag["binding"] < 0.65
   assert 0.5 < bag["bag_chance"] < 1.0 and binding["binding_chance"] == 0.5
+
+
+def test_place_probe_needs_which_colour_is_where():
+  """Same-shape scenes: "a white square below a green square" vs its colour swap differ only in places."""
+  train, test, same = demo_probe.probe_scenes(2000, 50, seed=4)
+  place = lambda scs: demo_probe.place_targets(scs)  # colour-in-place one-hots: where each colour is
+  assert demo_probe.place_targets([same[0]]).sum() == 2  # two colours, two places
+  where = demo_probe.probe(place(train), train, place(test), test, place(same), same)
+  bag = demo_probe.probe(_bag_features(train), train, _bag_features(test), test, _bag_features(same), same)
+  assert where["place"] > 0.95 and 0.3 < bag["place"] < 0.7 and where["place_chance"] == 0.5
 
 
 def test_bag_accuracy_and_chance_by_hand():
@@ -62,10 +73,10 @@ def test_probes_render_once_and_pass_embeddings_of_images_and_plain_captions(tmp
     return np.random.default_rng(1).normal(size=(len(texts), 8))
 
   out = demo_probe.probes(embed_images, embed_texts, str(tmp_path / "probe"), n_train=40, n_test=10, seed=2)
-  train, test = demo_probe.probe_scenes(40, 10, seed=2)
-  assert len(seen["paths"]) == 50 and all(p.endswith(".png") for p in seen["paths"])
+  train, test, _ = demo_probe.probe_scenes(40, 10, seed=2)
+  assert len(seen["paths"]) == 60 and all(p.endswith(".png") for p in seen["paths"])
   assert seen["texts"][40] == synthetic.phrasings(test[0])[0]  # "a red square to the left of a blue circle"
-  assert set(out) == {"image", "text"} and 0 <= out["image"]["binding"] <= 1
+  assert set(out) == {"image", "text"} and 0 <= out["image"]["binding"] <= 1 and 0 <= out["text"]["place"] <= 1
   stamp = (tmp_path / "probe" / "00000.png").stat().st_mtime_ns
   demo_probe.probes(embed_images, embed_texts, str(tmp_path / "probe"), n_train=40, n_test=10, seed=2)
   assert (tmp_path / "probe" / "00000.png").stat().st_mtime_ns == stamp  # cached, not rendered again

@@ -39,8 +39,8 @@ def test_shipped_models_load_and_are_the_demo_starting_point(tmp_path):
   ids = tok(["a red square to the left of a blue circle"])
   emb = np.asarray(model.encode_text(ids, normalize=True))
   assert emb.shape == (1, model.cfg.embed_dim) and np.isfinite(emb).all()
-  t5_cfg, t5_flat, _ = loading.load_t5_decoder_params(t5_dir, tokenizer=SYNTHETIC_T5_SPIECE)
-  assert t5_cfg.vocab_size >= 200 and all(np.isfinite(v).all() for v in t5_flat.values())
+  t5_cfg, t5_flat, t5_tok = loading.load_t5_decoder_params(t5_dir, tokenizer=SYNTHETIC_T5_SPIECE)
+  assert t5_cfg.vocab_size == t5_tok.sp.get_piece_size() and all(np.isfinite(v).all() for v in t5_flat.values())
   stored = files.read_safetensors(os.path.join(clip_dir, "model.safetensors"))
   assert {v.dtype for v in stored.values()} == {np.dtype(np.float16)}  # shipped in fp16, trained in fp32
   c = demo.demo_config("read")
@@ -69,7 +69,11 @@ def test_write_stores_fp16_weights_and_their_hashes(tmp_path):
   clip_dir, t5_dir = demo_shipped.check()
   manifest = demo_shipped.write(str(tmp_path / "out"), clip_dir, t5_dir, {"command": "x"})
   assert manifest["files"] == demo_shipped.read_manifest()["files"]  # fp16 of fp16: the same bytes
-  assert json.load(open(tmp_path / "out" / demo_shipped.MANIFEST))["command"] == "x"
+  weights = tmp_path / "out" / "clip" / "model.safetensors"
+  stamp = weights.stat().st_mtime_ns
+  demo_shipped.write(str(tmp_path / "out"), clip_dir, t5_dir, {"command": "y"})  # the same files again
+  assert weights.stat().st_mtime_ns == stamp and not list((tmp_path / "out").rglob("*.tmp"))
+  assert json.load(open(tmp_path / "out" / demo_shipped.MANIFEST))["command"] == "y"  # the record, rewritten
   assert demo_shipped.check(str(tmp_path / "out"))[0] == str(tmp_path / "out" / "clip")
 
 

@@ -95,11 +95,11 @@ def test_paired_table_is_the_change_per_seed():
   lines = demo.paired_table(cols).splitlines()
   assert len(lines) == 3 and lines[0].startswith("| change from the pretrained model")
   # per-seed changes +10, 0, +20 → mean +10, std sqrt((0² + 10² + 10²) / 2) = 10
-  assert lines[2] == "| clic | " + " | ".join(["+10.0 ± 10.0"] * len(rows)) + " |"
+  assert lines[2] == "| clic | " + " | ".join(["+10.0 ± 10.0 (+10.0 / +0.0 / +20.0)"] * len(rows)) + " |"
   cols["clip"] = {r: [0.6, 0.5, 0.7] for r in rows}  # against a control: +0, +10, +20 points
   lines = demo.paired_table(cols, [("clic", "clip")], "change beyond its control").splitlines()
   assert lines[0].startswith("| change beyond its control (points)")
-  assert lines[2] == "| clic − clip | " + " | ".join(["+10.0 ± 10.0"] * len(rows)) + " |"
+  assert lines[2] == "| clic − clip | " + " | ".join(["+10.0 ± 10.0 (+0.0 / +10.0 / +20.0)"] * len(rows)) + " |"
 
 
 def test_clic_negative_kinds_on_the_world(tmp_path):
