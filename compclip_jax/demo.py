@@ -308,8 +308,9 @@ sweep_config = demo_config  # the older name
 
 
 def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = DemoOptions()) -> dict:
-  """Every method's demo for every seed (world, pretrained models and fine-tuning all seeded) under
-  `<workdir>/seed<k>`; then mean ± std tables (absolute; paired change from the pretrained model and beyond each
+  """Every method's demo for every seed (the fine-tuning world, its benchmarks and the runs are seeded; the starting
+  point is the shipped one, or with `opts.from_scratch` pretrained per seed) under `<workdir>/seed<k>`, controls
+  first; then mean ± std tables (absolute; paired change from the pretrained model and beyond each
   method's control) and a plot over seeds (`<workdir>/summary.{md,png}`). A finished run is not retrained:
   rerunning with another method added trains only that one.
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
