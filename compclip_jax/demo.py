@@ -526,10 +526,20 @@ def main(argv=None) -> None:
       print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
     return
   logging.getLogger().setLevel(logging.WARNING)
+  if (a.diagnose == "shipped" or not (a.diagnose or a.pretrain or opts.from_scratch)):
+    try:  # a changed or missing shipped model: say which file and what to do, exit 2
+      shipped.check()
+    except (ValueError, FileNotFoundError) as e:
+      ap.error(str(e))
   if a.diagnose:
     clip_dir = shipped.check()[0] if a.diagnose == "shipped" else a.diagnose
     if not os.path.isdir(clip_dir):
       ap.error(f"--diagnose {clip_dir}: not a directory (an HF CLIP directory, or no value: the shipped model)")
+    try:
+      from compclip_jax import loading  # pylint: disable=import-outside-toplevel
+      loading.read_checkpoint(clip_dir)  # read once more by diagnose (a tiny model): a clear error before any work
+    except (ValueError, FileNotFoundError, OSError) as e:
+      ap.error(f"--diagnose {clip_dir}: not a CLIP checkpoint this project reads ({e})")
     diagnose(clip_dir, a.workdir, a.seed)
     return
   if a.pretrain:

@@ -59,3 +59,12 @@ def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):
   ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
   assert out.returncode == 2 and "python -m compclip_jax.demo --method=read" in out.stderr
   assert not os.listdir(tmp_path)  # nothing trained or written
+
+
+def test_diagnose_refuses_what_is_not_a_clip_checkpoint(tmp_path, capsys):
+  (tmp_path / "empty").mkdir()
+  for target in (tmp_path / "empty", tmp_path / "missing"):
+    with pytest.raises(SystemExit) as e:
+      demo.main([f"--diagnose={target}", f"--workdir={tmp_path / 'w'}"])
+    assert e.value.code == 2 and str(target) in capsys.readouterr().err
+  assert not (tmp_path / "w").exists()  # nothing written
