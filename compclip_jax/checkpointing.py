@@ -6,8 +6,13 @@ step always has them). Frozen parameters are not saved: they are re-read from th
 A rerun with the same workdir restores the newest step that restores cleanly; a corrupt or half-written one is
 skipped with a warning. When checkpoints exist and none restores, `Unrestorable` says so (training must not start
 over on top of them). Nothing is ever deleted that orbax's `keep` did not retire: a step that failed to restore and
-is reached again is moved to `<workdir>/checkpoints_unrestorable/` before the new one is written. Saves are
-synchronous, which keeps "checkpoint on a signal, then exit" simple and exact.
+is reached again is moved to `<workdir>/checkpoints_unrestorable/` before the new one is written.
+
+Saves are asynchronous by default (`asynchronous=True`, config `checkpoint.asynchronous`): `save` returns once the
+state is copied to host memory, and orbax writes and commits it in the background while training goes on; the next
+`save` and `close` wait for it. A kill during the write leaves an uncommitted step, which the next restore ignores
+(orbax commits a step by renaming its finished folder). `close` must run before the process exits — `train` calls it
+in a `finally`, so a signal's checkpoint is committed before the exit code is returned.
 """
 from __future__ import annotations
 
@@ -26,20 +31,22 @@ class Unrestorable(RuntimeError):
 
 
 class Checkpointer:
-  def __init__(self, workdir: str, keep: int = 3):
+  def __init__(self, workdir: str, keep: int = 3, asynchronous: bool = True):
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     self.aside_dir = os.path.abspath(os.path.join(workdir, "checkpoints_unrestorable"))
     self.data_dir = os.path.join(self.directory, "data")
     os.makedirs(self.data_dir, exist_ok=True)
     self.manager = ocp.CheckpointManager(
-        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                                              create=True, cleanup_tmp_directories=True))
 
   def _data_path(self, step: int) -> str:
     return os.path.join(self.data_dir, f"step_{step}.process_{jax.process_index()}.json")
 
   def save(self, step: int, state, data_states: dict) -> None:
-    """Saves `state` (a pytree of jax.Arrays) and this process's `data_states` ({name: json-able}) as `step`."""
+    """Saves `state` (a pytree of jax.Arrays) and this process's `data_states` ({name: json-able}) as `step`; with
+    `asynchronous`, returns once `state` is on the host (the step is committed in the background)."""
+    self._finish()  # the previous save is committed (and orbax has retired what `keep` retires) before this one
     if step in self.manager.all_steps():  # a step that failed to restore earlier: kept aside, never deleted
       aside = os.path.join(self.aside_dir, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
       os.makedirs(aside, exist_ok=True)
@@ -58,6 +65,9 @@ class Checkpointer:
       json.dump(data_states, f)
     os.replace(tmp, self._data_path(step))
     self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+
+  def _finish(self) -> None:
+    """Waits for a save in flight, then drops the iterator states of steps orbax no longer keeps."""
     self.manager.wait_until_finished()
     kept = set(self.manager.all_steps())
     for name in os.listdir(self.data_dir):  # drop iterator states of steps orbax no longer keeps
@@ -91,6 +101,8 @@ class Checkpointer:
     return None
 
   def close(self) -> None:
+    """Commits a save in flight (waits for it) and releases orbax's resources."""
+    self._finish()
     self.manager.close()
 
 

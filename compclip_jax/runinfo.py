@@ -29,6 +29,7 @@ NEUTRAL = (
     "peak_flops",
     "evals.",
     "checkpoint.",
+    "loop.",
     "export.",
     "data.num_workers",
     "data.max_skip_fraction",

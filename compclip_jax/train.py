@@ -10,6 +10,8 @@ exactly where the last checkpoint left off.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import logging
 import math
@@ -354,7 +356,7 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
   if previous is None and not has_steps and os.path.isdir(os.path.join(workdir, "export")):
     raise runinfo.WorkdirError(f"{workdir} holds an export but no record of the run that wrote it ({runinfo.RUN_FILE})"
                                ": use a new --workdir, or move export/ away if it is not wanted")
-  ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep)
+  ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep, c.checkpoint.asynchronous)
   abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, t.state_sh)
   try:
     restored = ckpt.restore_latest(abstract_state)
@@ -408,24 +410,37 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
 
   handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
   last, recent = {}, {}
+  ahead = None  # the next step's (kind, batch), read while this step runs (`_ReadAhead`)
   try:
     for step in range(start, t.total):
-      kind = t.method.kind_at(c, step).name
-      batch = t.global_batch(kind)
+      kind, batch = ahead.take() if ahead is not None else _read(c, t, step)
+      ahead = None
       # one executable per kind and token-width bucket (trimming picks the width per batch)
       key = (kind, tuple(x.shape for x in jax.tree.leaves(batch)))
-      if key not in compiled:
+      compiling = key not in compiled
+      if compiling:
         compiled[key], flops[kind], _ = compile_step(t, kind, state, batch)
         writer.set_flops((sum(flops.values()) / len(flops)) if all(flops.values()) else None)
-      state, metrics = compiled[key](state, t.frozen, batch)
-      recent[kind] = metrics
       done = step + 1
+      save_now = done % c.checkpoint.every_steps == 0 or done == t.total
+      # between the log, eval and checkpoint points nothing is fetched from the devices: the step is dispatched
+      # (asynchronously) and the next batch is read and put on the devices while it runs. `loop.forbid_host_sync`
+      # makes any fetch there an error (the tests run with it).
+      with _no_fetch(c.loop.forbid_host_sync and not compiling):
+        state, metrics = compiled[key](state, t.frozen, batch)
+        recent[kind] = metrics
+        stats = {k: p.stats() for k, p in pipes.items()}  # this step's data counters, before any read-ahead
+        if c.loop.read_ahead and not save_now and not stop["signum"]:
+          ahead = _ReadAhead(c, t, done)
       if done % c.log_every == 0 or done == t.total:
-        last = writer.write(done, _log_dict(recent, kind, pipes))
+        last = writer.write(done, _log_dict(recent, kind, stats))
         lock.heartbeat()
       if done == t.total or (c.evals.every_steps and done % c.evals.every_steps == 0):
         evaluate_at(done, state)
-      if done % c.checkpoint.every_steps == 0 or done == t.total or stop["signum"]:
+      if save_now or stop["signum"]:
+        if ahead is not None:  # a signal came after the next batch was read: the checkpoint is of this step's end
+          ahead.rewind()
+          ahead = None
         writer.check_finite(done, metrics)  # never checkpoint a diverged state: loss, grad and parameter norms
         ckpt.save(done, state, {k: p.state() for k, p in pipes.items()})
         t.skips.checkpoint(done)  # skips since the last checkpoint → skipped.jsonl; counts by reason printed
@@ -435,7 +450,7 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
     for s, h in handlers.items():
       signal.signal(s, h)
     writer.close()
-    ckpt.close()
+    ckpt.close()  # waits for an asynchronous save in flight: a checkpoint written on a signal is committed here
     t.skips.finish()
 
   # --- export (frozen parameters from the initial checkpoint, trained ones from the state)
@@ -482,7 +497,43 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
   return evaluate_at
 
 
-def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:
+def _read(c, t: Trainer, step: int) -> tuple[str, dict]:
+  """(kind, global batch) of `step`, read from that kind's pipeline."""
+  kind = t.method.kind_at(c, step).name
+  return kind, t.global_batch(kind)
+
+
+class _ReadAhead:
+  """The batch of `step`, read (and put on the devices) while the previous step runs: jax dispatches a step
+  asynchronously, so this host work overlaps the device's, and the step never waits for the host.
+
+  Reading ahead moves the pipelines one batch past the step that ran. The loop never reads ahead across a checkpoint
+  step; when a signal stops training in between, `rewind` puts every pipeline (iterator, counters) and the skip report
+  back where they were, so the checkpoint holds exactly the state of the step it saves and resuming is exact.
+  """
+  def __init__(self, c, t: Trainer, step: int):
+    self._t = t
+    self._states = {k: copy.deepcopy(p.state()) for k, p in t.pipes.items()}
+    self._skips = t.skips.mark()
+    self._batch = _read(c, t, step)
+
+  def take(self) -> tuple[str, dict]:
+    return self._batch
+
+  def rewind(self) -> None:
+    for k, p in self._t.pipes.items():
+      p.restore(self._states[k])
+    self._t.skips.rewind(self._skips)
+
+
+def _no_fetch(on: bool):
+  """A context in which any device → host transfer raises (`loop.forbid_host_sync`), by jax's transfer guard; a
+  no-op when off. On a CPU backend jax lets every fetch through (device memory is host memory): tests/test_train.py
+  instruments this context for its CPU runs."""
+  return jax.transfer_guard_device_to_host("disallow_explicit") if on else contextlib.nullcontext()
+
+
+def _log_dict(recent: dict, kind: str, stats: dict) -> dict:
   """The latest metrics of every step kind (CLIC and its CLIP steps both show), `loss` being this step's.
 
   The unprefixed step metrics (lr, grad_norm, param_norm) are this step's too: `kind` is merged last, whatever order
@@ -491,8 +542,8 @@ def _log_dict(recent: dict, kind: str, pipes: dict) -> dict:
   out = {"loss": recent[kind]["loss"]}
   for k, m in sorted(recent.items(), key=lambda km: km[0] == kind):
     out.update({(f"loss/{k}" if name == "loss" else name): v for name, v in m.items()})
-  for k, p in pipes.items():
-    out.update({f"data/{k}/{name}": v for name, v in p.stats().items()})
+  for k, st in stats.items():
+    out.update({f"data/{k}/{name}": v for name, v in st.items()})
   return out
 
 

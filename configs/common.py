@@ -81,8 +81,12 @@ def base() -> ml_collections.ConfigDict:
   c.loss = dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5, align_direction="para_to_orig",
                 t5_dropout=True)
   c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
-  c.checkpoint = dict(every_steps=200, keep=3)
+  # asynchronous: orbax writes a checkpoint in the background once it is on the host (compclip_jax/checkpointing.py)
+  c.checkpoint = dict(every_steps=200, keep=3, asynchronous=True)
   c.log_every = 10
+  # read_ahead: the next batch is read and put on the devices while a step runs (docs/performance.md, "The loop");
+  # forbid_host_sync: any device → host fetch outside the log / eval / checkpoint points is an error (the tests' runs)
+  c.loop = dict(read_ahead=True, forbid_host_sync=False)
   c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
   c.export = dict(hf=True, open_clip=False, t5_decoder=False)  # t5_decoder: READ's decoder as an HF T5 directory
   # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as

@@ -22,6 +22,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {"clic": clic, "read": read, "negclip": negclip, "clip": clip, "clic_read": clic_read}
 
 
+@pytest.fixture(autouse=True)
+def _no_host_fetch_between_log_points(monkeypatch):
+  """`loop.forbid_host_sync` uses jax's transfer guard, which lets every fetch through on CPU (device memory is host
+  memory). In these in-process runs the guarded region (a step's dispatch and the next batch's read) also makes
+  jax.Array's Python-level fetches raise: float(), int(), bool(), .item(), .tolist(), jax.device_get. (numpy's
+  buffer protocol, np.asarray, cannot be intercepted from Python.)"""
+  import contextlib
+  from jax._src import array
+  guard = train._no_fetch
+
+  def fetch(*_, **__):
+    raise AssertionError("a device → host fetch between the log / eval / checkpoint points (loop.forbid_host_sync)")
+
+  @contextlib.contextmanager
+  def no_fetch(on):
+    with guard(on), contextlib.ExitStack() as stack:
+      if on:
+        patch = pytest.MonkeyPatch()
+        stack.callback(patch.undo)
+        patch.setattr(array.ArrayImpl, "_value", property(fetch))
+        for name in ("item", "tolist"):
+          patch.setattr(array.ArrayImpl, name, fetch)
+      yield
+
+  monkeypatch.setattr(train, "_no_fetch", no_fetch)
+
+
 def _metrics(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     return [json.loads(line) for line in f]
@@ -30,6 +57,7 @@ def _metrics(workdir):
 def _cfg(method, **overrides):
   c = CONFIGS[method].get_config("runlocal")
   c.evals.benchmarks = ()  # evaluation has its own test; the others stay fast
+  c.loop.forbid_host_sync = True  # a device → host fetch between the log / checkpoint points fails the test
   for key, value in overrides.items():
     node = c
     *path, leaf = key.split(".")
@@ -125,6 +153,29 @@ def test_resume_after_sigkill_is_exact(tmp_path):
   for step in range(5, 11):  # after the restart: same data, same losses, same step metrics
     for key in ("loss", "lr", "grad_norm", "param_norm"):
       assert run_m[step][key] == ref_m[step][key], (step, key)
+
+
+def test_a_signal_during_the_read_ahead_checkpoints_this_step_exactly(tmp_path, monkeypatch):
+  """The loop reads step 3's batch while step 2 runs. A SIGTERM arriving during that read must not leave the
+  pipelines one batch ahead in step 2's checkpoint: its data state equals that of a run that checkpoints at step 2
+  without a signal (and a resumed run continues from there exactly, test_resume_after_sigkill_is_exact)."""
+  overrides = {"total_steps": 4, "checkpoint.every_steps": 2}
+  train.run(_cfg("clic", **overrides), str(tmp_path / "ref"))
+  read = train._read
+
+  def read_then_signal(c, t, step):
+    out = read(c, t, step)
+    if step == 2:  # the read-ahead started after step 2 was dispatched (not a checkpoint step in this run)
+      os.kill(os.getpid(), signal.SIGTERM)
+    return out
+
+  monkeypatch.setattr(train, "_read", read_then_signal)
+  with pytest.raises(train.Interrupted) as e:
+    train.run(_cfg("clic", **{**overrides, "checkpoint.every_steps": 100}), str(tmp_path / "run"))
+  assert e.value.exit_code == 143
+  name = "checkpoints/data/step_2.process_0.json"
+  assert json.loads((tmp_path / "run" / name).read_text()) == json.loads((tmp_path / "ref" / name).read_text())
+  assert not (tmp_path / "run" / "checkpoints" / "3").exists()
 
 
 def _wait_for_step(run, metrics, after: int):

@@ -178,6 +178,14 @@ class SkipReport:
         "kind": kind
     })
 
+  def mark(self) -> int:
+    """A position in the load-time skips recorded since the last checkpoint, for `rewind`."""
+    return len(self._pending)
+
+  def rewind(self, mark: int) -> None:
+    """Forgets the load-time skips recorded after `mark` (their batch was read ahead, then given back: train.py)."""
+    del self._pending[mark:]
+
   def resumed(self, step: int) -> None:
     """The run continues from checkpoint `step` (0: from scratch): lines recorded after it will be recorded again."""
     self._earlier = [d for d in self._earlier if isinstance(d.get("step"), int) and 0 < d["step"] <= step]
