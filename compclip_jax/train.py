@@ -203,13 +203,13 @@ class Trainer:
   mesh: jax.sharding.Mesh
   skips: records.SkipReport | None = None  # every dropped record: read-time rejects and load-time skips
   n_records: int = 0  # records the data source holds (the run's fingerprint records it)
+  widths: sharding.HostAgreement = dataclasses.field(default_factory=sharding.HostAgreement)  # trimmed widths
 
   def global_batch(self, kind: str) -> dict:
     local = next(self.pipes[kind])
     if self.config.data.trim_tokens:
       length = pl.text_length(local, self.model.tokenizer.eot_id)
-      if jax.process_count() > 1:  # every host must cut at the same width
-        length = int(np.max(multihost_utils.process_allgather(np.int32(length))))
+      length = self.widths.max(length)  # every host must cut at the same width (host to host, sharding.py)
       local = pl.trim_tokens(local, length)
     return pl.to_global(local, self.batch_sh)
 
