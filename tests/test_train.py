@@ -360,8 +360,9 @@ def test_fsdp_mesh_and_remat_give_the_same_training(tmp_path):
   rematerialisation in one run (either one changing the numbers fails it): the same losses."""
   base = {"total_steps": 4, "log_every": 1, "checkpoint.every_steps": 100}
   train.run(_cfg("clic", **base), str(tmp_path / "dp"))
-  train.run(_cfg("clic", **base, **{"mesh.data": 4, "mesh.fsdp": 2, "mesh.min_fsdp_size": 1024,
-                                    "model.remat_text": True}), str(tmp_path / "fsdp_remat"))
+  train.run(
+      _cfg("clic", **base, **{"mesh.data": 4, "mesh.fsdp": 2, "mesh.min_fsdp_size": 1024, "model.remat_text": True}),
+      str(tmp_path / "fsdp_remat"))
   ref = _losses(tmp_path / "dp")
   assert len(ref) == 4
   np.testing.assert_allclose(_losses(tmp_path / "fsdp_remat"), ref, rtol=1e-5)
