@@ -75,29 +75,13 @@ def test_runlocal_trains_and_exports(tmp_path, method):
   assert (tmp_path / "checkpoints" / "6").is_dir()
   import transformers
   transformers.CLIPModel.from_pretrained(tmp_path / "export" / "hf")  # the export loads in transformers
-
-
-@pytest.mark.parametrize("method", sorted(CONFIGS))
-def test_overfit_a_small_fixed_set(tmp_path, method):
-  """8 records, batch 8: every batch holds the same images, so the loss must fall clearly."""
-  c = _cfg(
-      method, **{
-          "data.synthetic_size": 8, "total_steps": 40, "log_every": 1, "checkpoint.every_steps": 100, "optim.lr": 1e-3,
-          "optim.start_lr": 1e-3, "optim.end_lr": 1e-3, "optim.warmup_frac": 0.01, "optim.warmup_steps": 1,
-          "optim.schedule": "constant", "optim.weight_decay": 0.0
-      })
   if method == "clic":
-    c.optim.trainable = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
-  train.run(c, str(tmp_path))
-  key = f"loss/{method}"  # each method's main step kind has the method's name
-  losses = [m[key] for m in _metrics(tmp_path) if key in m]
-  first, last = np.mean(losses[:3]), np.mean(losses[-3:])
-  assert last < 0.6 * first, (method, losses)
+    _frozen_parameters_are_untouched_and_stateless(tmp_path, _cfg(method))
 
 
-def test_frozen_parameters_are_untouched_and_stateless(tmp_path):
-  c = _cfg("clic", **{"model.frozen_dtype": "float32"})
-  train.run(c, str(tmp_path))
+def _frozen_parameters_are_untouched_and_stateless(tmp_path, c):
+  """CLIC's vision tower (fp32 in :runlocal) is exported bit for bit as it was loaded and has no saved state."""
+  assert c.model.frozen_dtype == "float32"
   model = train.build_model(c)
   exported = safetensors.numpy.load_file(tmp_path / "export" / "hf" / "model.safetensors")
   init = {k: v for k, v in model.flat.items()}
@@ -112,6 +96,29 @@ def test_frozen_parameters_are_untouched_and_stateless(tmp_path):
   adam = [p for p in paths if "opt_state" in p and ("'mu'" in p or "'nu'" in p)]  # AdamW's moments, one per param
   assert any("text_model" in p for p in adam) and any("text_projection" in p for p in adam), paths
   assert not any("vision_model" in p or "visual_projection" in p for p in paths)
+
+
+# steps to fall below 0.6 × the first loss, with margin: measured at 20 steps clip 0.03, negclip 0.06, read 0.23; at 40
+# steps clic 0.57, clic_read 0.58 (the CLIP steps between their CLIC steps learn nothing of the CLIC loss)
+OVERFIT_STEPS = {"clip": 20, "negclip": 20, "read": 20}
+
+
+@pytest.mark.parametrize("method", sorted(CONFIGS))
+def test_overfit_a_small_fixed_set(tmp_path, method):
+  """8 records, batch 8: every batch holds the same images, so the loss must fall clearly."""
+  c = _cfg(
+      method, **{
+          "data.synthetic_size": 8, "total_steps": OVERFIT_STEPS.get(method, 40), "log_every": 1,
+          "checkpoint.every_steps": 100, "optim.lr": 1e-3, "optim.start_lr": 1e-3, "optim.end_lr": 1e-3,
+          "optim.warmup_frac": 0.01, "optim.warmup_steps": 1, "optim.schedule": "constant", "optim.weight_decay": 0.0
+      })
+  if method == "clic":
+    c.optim.trainable = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
+  train.run(c, str(tmp_path))
+  key = f"loss/{method}"  # each method's main step kind has the method's name
+  losses = [m[key] for m in _metrics(tmp_path) if key in m]
+  first, last = np.mean(losses[:3]), np.mean(losses[-3:])
+  assert last < 0.6 * first, (method, losses)
 
 
 def _main(workdir, *extra, method="clic", env=None, **kw):
@@ -425,12 +432,3 @@ def test_clic_read_runlocal_trains_evaluates_and_exports(tmp_path):
   assert {m["data/clic_read/seen"] for m in steps} and {m["data/clic_clip/seen"] for m in steps}  # two streams
   import transformers
   transformers.CLIPModel.from_pretrained(tmp_path / "export" / "hf")  # the export loads in transformers
-  assert (tmp_path / "export" / "t5" / "spiece.model").exists()
-  # the frozen parts are exported bit for bit: the decoder and the vision tower are the initial ones
-  init = train.build_model(c).flat
-  t5 = safetensors.numpy.load_file(tmp_path / "export" / "t5" / "model.safetensors")
-  name = next(k for k in t5 if k.endswith("lm_head.weight"))
-  np.testing.assert_array_equal(t5[name], init["decoder.lm_head.kernel"].T)
-  hf = safetensors.numpy.load_file(tmp_path / "export" / "hf" / "model.safetensors")
-  np.testing.assert_array_equal(hf["visual_projection.weight"], init["clip.visual_projection.kernel"].T)
-  assert not np.array_equal(hf["text_projection.weight"], init["clip.text_projection.kernel"].T)  # text side trained
