@@ -84,7 +84,7 @@ def base() -> ml_collections.ConfigDict:
   # asynchronous: orbax writes a checkpoint in the background once it is on the host (compclip_jax/checkpointing.py)
   c.checkpoint = dict(every_steps=200, keep=3, asynchronous=True)
   c.log_every = 10
-  # read_ahead: the next batch is read and put on the devices while a step runs (docs/performance.md, "The loop");
+  # read_ahead: the next batch is read and put on the devices while a step runs (docs/performance.md, the loop);
   # forbid_host_sync: any device → host fetch outside the log / eval / checkpoint points is an error (the tests' runs)
   c.loop = dict(read_ahead=True, forbid_host_sync=False)
   c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
