@@ -4,8 +4,10 @@ import tempfile
 
 # LLVM at -O0 for the suite's programs: nearly all are tiny models whose compile time dominates their run time
 # (measured on three training/parity tests with a cold cache: 141.6 s → 130.5 s); no fast-math either way, so the
-# numerics are XLA's own. A user's XLA_FLAGS (e.g. set to reproduce a speed) take precedence.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
+# numerics are XLA's own. Not for the manual tier (COMPCLIP_MANUAL_TESTS=1): its demo runs train for minutes, and
+# -O0 code runs ~3× slower. A user's XLA_FLAGS (e.g. set to reproduce a speed) take precedence.
+_O0 = "" if os.environ.get("COMPCLIP_MANUAL_TESTS") == "1" else " --xla_backend_optimization_level=0"
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8" + _O0)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
