@@ -526,13 +526,14 @@ def main(argv=None) -> None:
       print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
     return
   logging.getLogger().setLevel(logging.WARNING)
+  checked = None  # the shipped (CLIP, T5) directories, once their hashes are checked
   if (a.diagnose == "shipped" or not (a.diagnose or a.pretrain or opts.from_scratch)):
     try:  # a changed or missing shipped model: say which file and what to do, exit 2
-      shipped.check()
+      checked = shipped.check()
     except (ValueError, FileNotFoundError) as e:
       ap.error(str(e))
   if a.diagnose:
-    clip_dir = shipped.check()[0] if a.diagnose == "shipped" else a.diagnose
+    clip_dir = checked[0] if a.diagnose == "shipped" else a.diagnose
     if not os.path.isdir(clip_dir):
       ap.error(f"--diagnose {clip_dir}: not a directory (an HF CLIP directory, or no value: the shipped model)")
     try:
