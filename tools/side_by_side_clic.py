@@ -30,6 +30,17 @@ import types
 # ------------------------------------------------------------------------------------------------ stubs + paths
 import os  # noqa: E402
 
+_need = {"CLIC_DIR": "train.py", "OPEN_CLIP_PATH": "open_clip"}  # what each folder must hold
+for _var, _inside in _need.items():
+  if not os.path.exists(os.path.join(os.environ.get(_var, "/nonexistent"), _inside)):
+    print(f"{_var}={os.environ.get(_var, '')!r} has no {_inside}: set CLIC_DIR to a checkout of "
+             "github:AmitPeleg/CLIC and OPEN_CLIP_PATH to a `pip install --target DIR --no-deps open_clip_torch ftfy "
+             "wcwidth` folder (see this file's docstring)", file=sys.stderr)
+    sys.exit(2)
+if len(sys.argv) < 2 or not sys.argv[1].isdigit():
+  print(__doc__, file=sys.stderr)
+  sys.exit(2)
+
 sys.path.insert(0, os.environ["OPEN_CLIP_PATH"])  # open_clip_torch (measured: 3.3.0; the reference pins 2.31), ftfy
 _stubs = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.ops", "torchvision.ops.misc",
                                            "torchvision.transforms", "torchvision.transforms.functional",
