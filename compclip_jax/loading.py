@@ -27,6 +27,7 @@ from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, param
 
 FORMATS = ("hf", "open_clip", "compclip")
 COMPCLIP_META = "compclip.json"
+COMPCLIP_VERSION = 2  # 2: dense kernels [out, in]; 1: [in, out]
 OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
 
@@ -61,9 +62,21 @@ def read_checkpoint(path: str, model_name: str | None = None,
   if fmt == "open_clip":
     return (fmt, *open_clip.read(_open_clip_file(path), model_name, activation))
   meta = hf.read_json(os.path.join(path, COMPCLIP_META))
+  version = meta.get("version")
+  if version not in (1, COMPCLIP_VERSION):
+    raise ValueError(f"{os.path.join(path, COMPCLIP_META)}: compclip format version {version!r}, this code reads 1 "
+                     f"and {COMPCLIP_VERSION} (written by a newer compclip_jax? upgrade it)")
   tensors = files.read_safetensors(os.path.join(path, "model.safetensors"))
-  identity = lambda paths: [maps.Rule((k,), k) for k in paths]
-  return fmt, _config_from_dict(meta["clip"]), maps.RawCheckpoint(path, tensors, identity)
+  return fmt, _config_from_dict(meta["clip"]), maps.RawCheckpoint(path, tensors,
+                                                                  functools.partial(_compclip_rules, version))
+
+
+def _compclip_rules(version: int, paths) -> list[maps.Rule]:
+  """Our names as they are; version 1 (before 2026-12) stored dense kernels [in, out], the current layout is
+  [out, in] (compclip_jax/models/layers.py), so a version-1 file's 2-D kernels are transposed as they are read."""
+  conv = "vision_model.embeddings.patch_embedding.kernel"
+  old = lambda k: version == 1 and k.endswith(".kernel") and k != conv
+  return [maps.Rule((k,), k, maps.TRANSPOSE if old(k) else maps.KEEP) for k in paths]
 
 
 def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
@@ -122,10 +135,10 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   fmt, cfg, raw = read_checkpoint(path, model_name, activation)
   graphdef, state, shapes = _shape_only_template(cfg, text_dtypes, vision_dtypes, remat_text)
   model = nnx.merge(graphdef, state, copy=True)
-  flat = raw.to_ours(shapes)  # views (transposes, q/k/v splits); every mismatch reported at once
+  flat = raw.to_ours(shapes)  # the file's arrays (views: q/k/v splits); every mismatch reported at once
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   tokenizer, preprocess = _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size)
-  # One device_put lays the transposed views out as it copies: no numpy copy of the 150 M parameters of its own.
+  # One device_put copies the file's bytes (mapped, in our [out, in] layout already) onto the device.
   return params.fill_in_place(model, flat), tokenizer, preprocess
 
 
@@ -164,7 +177,7 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
     else:
       files.write_safetensors(flat, os.path.join(directory, "model.safetensors"), {"format": "compclip"})
       with open(os.path.join(directory, COMPCLIP_META), "w") as f:
-        json.dump({"format": "compclip", "version": 1, "clip": dataclasses.asdict(cfg)}, f, indent=2)
+        json.dump({"format": "compclip", "version": COMPCLIP_VERSION, "clip": dataclasses.asdict(cfg)}, f, indent=2)
       written = [os.path.join(directory, f) for f in ("model.safetensors", COMPCLIP_META)]
     with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:
       json.dump(preprocess.to_hf_dict(), f, indent=2)

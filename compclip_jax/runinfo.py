@@ -41,6 +41,7 @@ NEUTRAL = (
     "num_epochs")
 # Differences no checkpoint can continue with: another model, another optimiser state tree, other data pipelines.
 FIXED = ("method", "model.params", "optim.trainable_set", "clip_every")
+KERNEL_LAYOUT = "out_in"  # dense kernels as torch stores them (compclip_jax/models/layers.py)
 STALE_S = 15 * 60  # a lock from another host whose heartbeat is older than this is abandoned
 
 
@@ -110,7 +111,9 @@ def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_rec
   c = config
   flat["total_steps"] = int(total_steps)
   shapes = {k: [list(s), str(d)] for k, (s, d) in sorted(param_shapes.items())}
-  flat["model.params"] = {"count": len(param_shapes), "digest": _digest(shapes)}
+  # The layout is part of what a checkpoint holds: a square kernel [in, out] (before 2026-12) has the shape of one
+  # [out, in], so only this field tells a workdir of the old layout from one of the current (models/layers.py).
+  flat["model.params"] = {"count": len(param_shapes), "digest": _digest(shapes), "kernel_layout": KERNEL_LAYOUT}
   flat["optim.trainable_set"] = {"count": len(trainable), "digest": _digest(sorted(trainable))}
   flat["model.init_files"] = file_identity(c["model"]["init"])
   flat["t5.init_files"] = file_identity(c["t5"]["init"])

@@ -173,10 +173,11 @@ def build_model(c) -> Model:
   if t5_tok.sp.get_piece_size() > t5_cfg.vocab_size:
     raise ConfigError(f"the T5 tokenizer has {t5_tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
                       f"{t5_cfg.vocab_size}: t5.init's spiece.model and config.json do not belong together")
+  # drawn as [in, out], as every kernel initialiser is called; stored [out, in] (models/layers.py)
   w = read_proj_init(c.model.read_proj_init)(jax.random.PRNGKey(c.seed + 2), (cfg.text.width, t5_cfg.d_model))
   flat = {
       **{f"clip.{k}": v for k, v in flat.items()},
-      **{f"decoder.{k}": v for k, v in t5_flat.items()}, "proj.kernel": np.asarray(w)
+      **{f"decoder.{k}": v for k, v in t5_flat.items()}, "proj.kernel": np.asarray(w).T
   }
   abstract = params.abstract(
       lambda: READModel(make_clip(cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention))

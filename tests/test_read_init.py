@@ -44,7 +44,7 @@ def test_build_model_initialises_w_by_the_switch(tmp_path, init):
   m = train.build_model(c)
   w = m.flat["proj.kernel"]
   fan_in = m.clip_cfg.text.width
-  assert w.shape == (fan_in, m.t5_cfg.d_model)
+  assert w.shape == (m.t5_cfg.d_model, fan_in)  # [out, in], as torch stores nn.Linear.weight
   if init == "torch_linear":
     assert np.abs(w).max() <= 1 / math.sqrt(fan_in)
     assert abs(w.std() * math.sqrt(3 * fan_in) - 1) < 0.1

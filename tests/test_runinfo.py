@@ -65,6 +65,18 @@ def test_another_model_or_method_cannot_be_allowed():
     runinfo.check(diffs, tuple(keys), "w")
 
 
+def test_a_workdir_of_the_old_kernel_layout_cannot_be_continued():
+  """Before 2026-12, dense kernels were stored [in, out]: a square one has the shape of an [out, in] kernel, so only
+  the recorded layout tells such a checkpoint apart; its run.json (no layout) is refused as another model."""
+  new = _describe(clic.get_config("runlocal"))
+  old = json.loads(json.dumps(new))
+  del old["model.params"]["kernel_layout"]
+  diffs = runinfo.differences(old, new)
+  assert [k for k, _, _ in diffs] == ["model.params"]
+  with pytest.raises(runinfo.RunMismatch, match=r"model.params: .*\[cannot be continued\]"):
+    runinfo.check(diffs, ("model.params",), "w")
+
+
 def test_the_data_file_is_identified_by_size_and_mtime(tmp_path):
   rows = tmp_path / "rows.csv"
   rows.write_text("image,caption\n")

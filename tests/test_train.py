@@ -87,8 +87,8 @@ def _frozen_parameters_are_untouched_and_stateless(tmp_path, c):
   init = {k: v for k, v in model.flat.items()}
   # the vision tower and its projection are bit-identical to the initial ones; the text side moved
   np.testing.assert_array_equal(exported["vision_model.pre_layrnorm.weight"], init["vision_model.pre_layrnorm.scale"])
-  np.testing.assert_array_equal(exported["visual_projection.weight"], init["visual_projection.kernel"].T)
-  assert not np.array_equal(exported["text_projection.weight"], init["text_projection.kernel"].T)
+  np.testing.assert_array_equal(exported["visual_projection.weight"], init["visual_projection.kernel"])
+  assert not np.array_equal(exported["text_projection.weight"], init["text_projection.kernel"])
   # no optimiser state (nor any saved state) exists for frozen parameters
   import orbax.checkpoint as ocp
   saved = ocp.StandardCheckpointer().restore(tmp_path / "checkpoints" / "6" / "default")

@@ -148,6 +148,34 @@ def test_compclip_format_keeps_dtypes(hf_dir, batch, tmp_path):
     np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_compclip_version_1_files_with_in_out_kernels_still_load(hf_dir, batch, tmp_path):
+  """Files of the first compclip format ([in, out] dense kernels) load as the same model; an unknown version is
+  refused, not guessed. The v1 file is made by hand from transformers' weights: weight.T under our names."""
+  import safetensors.numpy
+  model, _, _ = load_clip(str(hf_dir))
+  save_clip(model, str(tmp_path / "v2"), format="compclip")
+  sd = safetensors.numpy.load_file(hf_dir / "model.safetensors")
+  flat = flat_params(model)
+  assert json.loads((tmp_path / "v2" / "compclip.json").read_text())["version"] == 2
+  v1 = {}
+  for k, v in flat.items():  # our names; a dense kernel as torch's weight transposed, as version 1 stored it
+    hf_key = k.rsplit(".", 1)[0] + ".weight"
+    v1[k] = np.ascontiguousarray(sd[hf_key].T) if k.endswith(".kernel") and v.ndim == 2 else v
+  assert not np.array_equal(v1["text_model.encoder.layers.0.self_attn.q_proj.kernel"],
+                            flat["text_model.encoder.layers.0.self_attn.q_proj.kernel"])  # square: only the layout
+  (tmp_path / "v1").mkdir()
+  safetensors.numpy.save_file(v1, tmp_path / "v1" / "model.safetensors")
+  meta = json.loads((tmp_path / "v2" / "compclip.json").read_text())
+  (tmp_path / "v1" / "compclip.json").write_text(json.dumps({**meta, "version": 1}))
+  again, _, _ = load_clip(str(tmp_path / "v1"))
+  for k, v in flat_params(again).items():
+    np.testing.assert_array_equal(v, flat[k], err_msg=k)
+  np.testing.assert_array_equal(_embed(again, batch)[0], _embed(model, batch)[0])
+  (tmp_path / "v1" / "compclip.json").write_text(json.dumps({**meta, "version": 3}))
+  with pytest.raises(ValueError, match="compclip format version 3"):
+    load_clip(str(tmp_path / "v1"))
+
+
 @pytest.mark.parametrize("suffix,wrap", [(".bin", "state_dict+module."), (".pt", "module.model."), (".pth", "none")])
 def test_torch_pickles_with_wrappers(open_clip_file, batch, tmp_path, suffix, wrap):
   path, oc = open_clip_file
@@ -565,10 +593,10 @@ def test_a_bf16_tower_holds_the_checkpoint_rounded_as_torch_rounds(hf_dir):
   sd = safetensors.torch.load_file(hf_dir / "model.safetensors")
   ours = flat_params(model)
   fc1 = "vision_model.encoder.layers.0.mlp.fc1"
-  for path, key, transpose in ((f"{fc1}.kernel", f"{fc1}.weight", True), ("vision_model.pre_layrnorm.scale",
-                                                                          "vision_model.pre_layrnorm.weight", False)):
-    want = sd[key].to(torch.bfloat16).float().numpy()
-    np.testing.assert_array_equal(ours[path].astype(np.float32), want.T if transpose else want)
+  for path, key in ((f"{fc1}.kernel", f"{fc1}.weight"), ("vision_model.pre_layrnorm.scale",
+                                                         "vision_model.pre_layrnorm.weight")):
+    want = sd[key].to(torch.bfloat16).float().numpy()  # kernels in torch's layout [out, in], as the file has them
+    np.testing.assert_array_equal(ours[path].astype(np.float32), want)
   assert ours["text_model.encoder.layers.0.mlp.fc1.kernel"].dtype == np.float32
 
 
@@ -584,7 +612,7 @@ def test_t5_decoder_params_loader(tmp_path):
   ref.save_pretrained(tmp_path)
   t5_cfg, flat, tok = load_t5_decoder_params(str(tmp_path))
   assert tok is None and t5_cfg.vocab_size == 40
-  np.testing.assert_array_equal(flat["lm_head.kernel"], ref.lm_head.weight.detach().numpy().T)
+  np.testing.assert_array_equal(flat["lm_head.kernel"], ref.lm_head.weight.detach().numpy())  # both [out, in]
   model, _ = load_t5_decoder(str(tmp_path))
   for k, v in flat_params(model).items():
     np.testing.assert_array_equal(v, flat[k], err_msg=k)

@@ -2,7 +2,8 @@
 
 Module and parameter names mirror transformers' `CLIPModel` (`text_model.encoder.layers.3.self_attn.q_proj.kernel`,
 `vision_model.pre_layrnorm.scale`, …) so that the weight maps in `compclip_jax.weights` are plain renames; leaves use
-Flax's spelling (`kernel` [in, out], `scale`, `embedding`).
+Flax's spelling (`scale`, `embedding`, `kernel`); dense kernels are in torch's layout [out, in]
+(compclip_jax/models/layers.py), the patch conv's in Flax's HWIO.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from compclip_jax.models.clip_config import CLIPConfig, TextConfig, VisionConfig
+from compclip_jax.models.layers import Linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +88,8 @@ class Attention(nnx.Module):
   def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.heads = heads
     self.implementation = attention_implementation(attention, dt.compute)
-    lin = lambda: nnx.Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-                             **_inits(rngs, "kernel_init", "bias_init"))
+    lin = lambda: Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
+                         **_inits(rngs, "kernel_init", "bias_init"))
     self.q_proj, self.k_proj, self.v_proj, self.out_proj = lin(), lin(), lin(), lin()
 
   def __call__(self, x: jax.Array, causal: bool) -> jax.Array:
@@ -109,8 +111,8 @@ class MLP(nnx.Module):
   def __init__(self, width: int, hidden: int, act: str, dt: DTypes, *, rngs: nnx.Rngs):
     self.act = act
     init = _inits(rngs, "kernel_init", "bias_init")
-    self.fc1 = nnx.Linear(width, hidden, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **init)
-    self.fc2 = nnx.Linear(hidden, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **init)
+    self.fc1 = Linear(width, hidden, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **init)
+    self.fc2 = Linear(hidden, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs, **init)
 
   def __call__(self, x):
     return self.fc2(activation(self.act, self.fc1(x)))
@@ -235,10 +237,10 @@ class CLIP(nnx.Module):
                                       remat_policy=remat_policy)
     self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, attention=attention)
     init = _inits(rngs, "kernel_init")
-    self.text_projection = nnx.Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
-                                      param_dtype=text_dtypes.param, rngs=rngs, **init)
-    self.visual_projection = nnx.Linear(cfg.vision.width, cfg.embed_dim, use_bias=False, dtype=vision_dtypes.compute,
-                                        param_dtype=vision_dtypes.param, rngs=rngs, **init)
+    self.text_projection = Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
+                                  param_dtype=text_dtypes.param, rngs=rngs, **init)
+    self.visual_projection = Linear(cfg.vision.width, cfg.embed_dim, use_bias=False, dtype=vision_dtypes.compute,
+                                    param_dtype=vision_dtypes.param, rngs=rngs, **init)
     scale = _inits(rngs, "init", init=lambda _k, s, d: jnp.asarray(cfg.logit_scale_init, d))["init"]
     self.logit_scale = nnx.Param(scale(None, (), jnp.float32))
 

@@ -9,13 +9,15 @@ import jax.numpy as jnp
 from flax import nnx
 
 from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.layers import Linear
 from compclip_jax.models.t5 import T5Config, T5Decoder
 
 READ_PROJ_INITS = ("torch_linear", "lecun_normal")
 
 
 def torch_linear_init(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -> jax.Array:
-  """torch `nn.Linear`'s default weight init for a kernel [fan_in, fan_out]: kaiming_uniform with a = √5, i.e.
+  """torch `nn.Linear`'s default weight init, called with the shape [fan_in, fan_out] as every kernel initialiser is
+  (compclip_jax/models/layers.py; the kernel itself is stored [out, in]): kaiming_uniform with a = √5, i.e.
   uniform in ±gain·√(3/fan_in) with gain = √(2/(1 + a²)) = √(1/3) → ±1/√fan_in (std 1/√(3·fan_in))."""
   bound = 1.0 / math.sqrt(shape[0])
   return jax.random.uniform(key, shape, dtype, -bound, bound)
@@ -35,8 +37,8 @@ class READModel(nnx.Module):
   def __init__(self, clip: CLIP, t5_cfg: T5Config, *, rngs: nnx.Rngs, t5_dtypes: DTypes = DTypes(),
                decoder: T5Decoder | None = None, t5_attention: str = "explicit"):
     self.clip = clip
-    self.proj = nnx.Linear(clip.cfg.text.width, t5_cfg.d_model, use_bias=False, kernel_init=torch_linear_init,
-                           rngs=rngs)  # training sets W itself (train.build_model, `model.read_proj_init`)
+    self.proj = Linear(clip.cfg.text.width, t5_cfg.d_model, use_bias=False, kernel_init=torch_linear_init,
+                       rngs=rngs)  # training sets W itself (train.build_model, `model.read_proj_init`)
     if decoder is None:
       decoder = T5Decoder(t5_cfg, t5_dtypes, rngs=rngs, attention=t5_attention)
     self.decoder = decoder

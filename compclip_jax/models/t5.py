@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from compclip_jax.models.clip import DTypes, attention_implementation, check_attention
+from compclip_jax.models.layers import Linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +118,7 @@ class T5Attention(nnx.Module):
                attention: str = "explicit"):
     self.implementation = attention_implementation(attention, dt.compute)
     inner = cfg.num_heads * cfg.d_kv
-    lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    lin = lambda i, o: Linear(i, o, use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
     self.q, self.k, self.v = lin(cfg.d_model, inner), lin(cfg.d_model, inner), lin(cfg.d_model, inner)
     self.o = lin(inner, cfg.d_model)
     self.cfg = cfg
@@ -180,7 +181,7 @@ class T5LayerCrossAttention(nnx.Module):
 class T5DenseGatedActDense(nnx.Module):
   """gelu_tanh(wi_0 x) · wi_1 x → dropout → wo."""
   def __init__(self, cfg, dt, *, rngs):
-    lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
+    lin = lambda i, o: Linear(i, o, use_bias=False, dtype=dt.compute, param_dtype=dt.param, rngs=rngs)
     self.wi_0, self.wi_1, self.wo = lin(cfg.d_model, cfg.d_ff), lin(cfg.d_model, cfg.d_ff), lin(cfg.d_ff, cfg.d_model)
     self.rate = cfg.dropout_rate
 
@@ -227,8 +228,8 @@ class T5Decoder(nnx.Module):
     self.shared = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dt.compute, param_dtype=dt.param,
                             embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
     self.decoder = T5Stack(cfg, dt, rngs=rngs, attention=attention)
-    self.lm_head = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=dt.compute, param_dtype=dt.param,
-                              rngs=rngs)
+    self.lm_head = Linear(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=dt.compute, param_dtype=dt.param,
+                          rngs=rngs)
 
   def __call__(self, decoder_input_ids: jax.Array, encoder_hidden_states: jax.Array,
                dropout_rng: jax.Array | None = None) -> jax.Array:

@@ -1,8 +1,10 @@
 """Name maps between our parameters and PyTorch checkpoints, declared once and run in both directions.
 
 A map is a list of `Rule`s: one checkpoint key ↔ one or more of our flat parameter paths, with a reversible
-`Transform` between the layouts (METHODS §4: torch `Linear.weight` is [out, in], ours `kernel` is [in, out];
-open_clip fuses q/k/v into `in_proj_weight`; open_clip's `text_projection` is already [width, embed]).
+`Transform` between the layouts (METHODS §4). Our dense `kernel`s are stored as torch's `Linear.weight`, [out, in]
+(compclip_jax/models/layers.py), so HF and open_clip linears map as they are — a load is a copy, not a transpose;
+what differs: the patch conv (ours HWIO, torch OIHW), open_clip's fused q/k/v `in_proj_weight` (split along rows),
+and open_clip's two projections, which it applies as x @ W with W [width, embed].
 `import_params` reads a checkpoint through a map and reports every mismatch at once; `export_params` writes through
 the same map. Every parameter of the model must be covered by exactly one rule (asserted both ways).
 """
@@ -23,10 +25,8 @@ class Transform:
 
 
 KEEP = Transform("keep", lambda a: a[0], lambda t, n: (t,))
-LINEAR = Transform("linear", lambda a: a[0].T, lambda t, n: (t.T,))  # [in, out] ↔ [out, in]
+TRANSPOSE = Transform("transpose", lambda a: a[0].T, lambda t, n: (t.T,))  # [out, in] ↔ [in, out]
 CONV = Transform("conv", lambda a: a[0].transpose(3, 2, 0, 1), lambda t, n: (t.transpose(2, 3, 1, 0),))  # HWIO↔OIHW
-FUSED_LINEAR = Transform("fused_linear", lambda a: np.concatenate([x.T for x in a], axis=0),
-                         lambda t, n: tuple(x.T for x in np.split(t, n, axis=0)))
 FUSED = Transform("fused", lambda a: np.concatenate(list(a), axis=0), lambda t, n: tuple(np.split(t, n, axis=0)))
 
 
@@ -55,7 +55,7 @@ class CheckpointMismatchError(ValueError):
 # Our module paths mirror transformers' (`text_model.encoder.layers.0.self_attn.q_proj`), so an HF map only renames
 # Flax leaves to torch leaves; the transform follows from the leaf kind.
 _HF_LEAVES = {
-    "kernel": ("weight", LINEAR), "scale": ("weight", KEEP), "embedding": ("weight", KEEP), "bias": ("bias", KEEP),
+    "kernel": ("weight", KEEP), "scale": ("weight", KEEP), "embedding": ("weight", KEEP), "bias": ("bias", KEEP),
     "weight": ("weight", KEEP)
 }
 _HF_CONV_KERNELS = ("vision_model.embeddings.patch_embedding.kernel",)
@@ -81,16 +81,15 @@ def hf_rules(our_paths: Iterable[str]) -> list[Rule]:
 _OC_TOWER = [
     (("layer_norm1.scale",), "ln_1.weight", KEEP),
     (("layer_norm1.bias",), "ln_1.bias", KEEP),
-    (("self_attn.q_proj.kernel", "self_attn.k_proj.kernel", "self_attn.v_proj.kernel"), "attn.in_proj_weight",
-     FUSED_LINEAR),
+    (("self_attn.q_proj.kernel", "self_attn.k_proj.kernel", "self_attn.v_proj.kernel"), "attn.in_proj_weight", FUSED),
     (("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"), "attn.in_proj_bias", FUSED),
-    (("self_attn.out_proj.kernel",), "attn.out_proj.weight", LINEAR),
+    (("self_attn.out_proj.kernel",), "attn.out_proj.weight", KEEP),
     (("self_attn.out_proj.bias",), "attn.out_proj.bias", KEEP),
     (("layer_norm2.scale",), "ln_2.weight", KEEP),
     (("layer_norm2.bias",), "ln_2.bias", KEEP),
-    (("mlp.fc1.kernel",), "mlp.c_fc.weight", LINEAR),
+    (("mlp.fc1.kernel",), "mlp.c_fc.weight", KEEP),
     (("mlp.fc1.bias",), "mlp.c_fc.bias", KEEP),
-    (("mlp.fc2.kernel",), "mlp.c_proj.weight", LINEAR),
+    (("mlp.fc2.kernel",), "mlp.c_proj.weight", KEEP),
     (("mlp.fc2.bias",), "mlp.c_proj.bias", KEEP),
 ]
 _OC_TOP = [
@@ -98,7 +97,7 @@ _OC_TOP = [
     ("text_model.embeddings.position_embedding.embedding", "positional_embedding", KEEP),
     ("text_model.final_layer_norm.scale", "ln_final.weight", KEEP),
     ("text_model.final_layer_norm.bias", "ln_final.bias", KEEP),
-    ("text_projection.kernel", "text_projection", KEEP),  # open_clip applies x @ W with W [width, embed]
+    ("text_projection.kernel", "text_projection", TRANSPOSE),  # open_clip applies x @ W with W [width, embed]
     ("logit_scale", "logit_scale", KEEP),
     ("vision_model.embeddings.class_embedding", "visual.class_embedding", KEEP),
     ("vision_model.embeddings.patch_embedding.kernel", "visual.conv1.weight", CONV),
@@ -107,7 +106,7 @@ _OC_TOP = [
     ("vision_model.pre_layrnorm.bias", "visual.ln_pre.bias", KEEP),
     ("vision_model.post_layernorm.scale", "visual.ln_post.weight", KEEP),
     ("vision_model.post_layernorm.bias", "visual.ln_post.bias", KEEP),
-    ("visual_projection.kernel", "visual.proj", KEEP),
+    ("visual_projection.kernel", "visual.proj", TRANSPOSE),
 ]
 
 
@@ -154,8 +153,8 @@ def import_params(ckpt: Mapping[str, np.ndarray], rules: Sequence[Rule], expecte
       parts = ()
     want = [tuple(expected[p]) for p in r.ours]
     if [p.shape for p in parts] != want:
-      mismatched.append(f"{r.theirs}: checkpoint {tuple(arr.shape)}, model expects "
-                        f"{want[0] if len(want) == 1 else want} (as {', '.join(r.ours)})")
+      mismatched.append(f"{r.theirs}: checkpoint {tuple(arr.shape)}, model expects {_their_shape(r, want)} "
+                        f"(as {', '.join(r.ours)})")
       continue
     out.update(zip(r.ours, parts))
   if missing or unexpected or mismatched:
@@ -174,6 +173,12 @@ class RawCheckpoint:
 
   def to_ours(self, expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     return import_params(self.tensors, self.rules(list(expected)), expected, self.source, self.ignore, self.hint)
+
+
+def _their_shape(rule: Rule, ours: list[tuple[int, ...]]) -> tuple[int, ...]:
+  """The checkpoint-side shape that `rule` expects for our shapes (a message speaks the checkpoint's layout)."""
+  zeros = [np.broadcast_to(np.zeros((), np.uint8), s) for s in ours]  # no memory of their own
+  return tuple(rule.transform.export(zeros).shape)
 
 
 def export_params(params: Mapping[str, np.ndarray], rules: Sequence[Rule]) -> dict[str, np.ndarray]:

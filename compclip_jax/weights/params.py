@@ -59,8 +59,9 @@ def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
 def to_device(arrays: Mapping[str, np.ndarray], dtypes: Mapping[str, np.dtype] | None = None) -> dict[str, jax.Array]:
   """{path: jax.Array} of {path: host array}, cast on the host to `dtypes[path]` where given.
 
-  One `jax.device_put` of the whole list: one transfer, no per-array dispatch. Transposed views (a checkpoint's
-  [out, in] read as our [in, out]) are laid out by that copy, so they cost no numpy copy of their own.
+  One `jax.device_put` of the whole list: one transfer, no per-array dispatch. Views (a memory-mapped file's
+  arrays, q/k/v rows split from open_clip's fused tensor, the few transposed ones) are laid out by that copy, so
+  they cost no numpy copy of their own.
   """
   keys = list(arrays)
   host = [np.asarray(arrays[k], dtype=(dtypes or {}).get(k)) for k in keys]
