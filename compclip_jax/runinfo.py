@@ -167,6 +167,10 @@ def check(diffs: list, allow: tuple[str, ...], workdir: str) -> list:
   else:
     lines.append(f"  - {', '.join(k for k, _, _ in fixed)} cannot change within a run: a checkpoint of one model "
                  "or method does not continue as another")
+    if any(
+        k == "model.params" and isinstance(a, dict) and a.get("kernel_layout") != KERNEL_LAYOUT for k, a, _ in fixed):
+      lines.append("  - its checkpoints hold dense kernels [in, out] (compclip_jax before 2026-12-01; now [out, in]): "
+                   "export them with that version (its export/hf loads here), then fine-tune from the export")
   raise RunMismatch("\n".join(lines))
 
 

@@ -73,8 +73,9 @@ def test_a_workdir_of_the_old_kernel_layout_cannot_be_continued():
   del old["model.params"]["kernel_layout"]
   diffs = runinfo.differences(old, new)
   assert [k for k, _, _ in diffs] == ["model.params"]
-  with pytest.raises(runinfo.RunMismatch, match=r"model.params: .*\[cannot be continued\]"):
+  with pytest.raises(runinfo.RunMismatch, match=r"model.params: .*\[cannot be continued\]") as e:
     runinfo.check(diffs, ("model.params",), "w")
+  assert "dense kernels [in, out]" in str(e.value) and "export them with that version" in str(e.value)
 
 
 def test_the_data_file_is_identified_by_size_and_mtime(tmp_path):
