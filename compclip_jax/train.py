@@ -357,6 +357,12 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
   if previous is None and not has_steps and os.path.isdir(os.path.join(workdir, "export")):
     raise runinfo.WorkdirError(f"{workdir} holds an export but no record of the run that wrote it ({runinfo.RUN_FILE})"
                                ": use a new --workdir, or move export/ away if it is not wanted")
+  if previous is None and has_steps:  # run.json is written before the first step; without it, the checkpoints are
+    # older than it — and than today's kernel layout, so a square kernel would restore transposed, silently
+    raise runinfo.RunMismatch(
+        f"{ckpt_dir} holds checkpoints but {workdir} has no {runinfo.RUN_FILE}: they were written by a compclip_jax "
+        "older than 2026-12-01 (dense kernels [in, out], now [out, in]) and cannot be continued. Use a new --workdir; "
+        "to keep that run's weights, export them with the version that wrote them and fine-tune from the export")
   ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep, c.checkpoint.asynchronous)
   abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, t.state_sh)
   try:
@@ -367,19 +373,12 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
   start = 0
   if restored:
     start, state, data_states = restored
-    if set(pipes) - set(data_states):  # a checkpoint of another method (from before run.json existed)
-      ckpt.close()
-      raise runinfo.RunMismatch(f"checkpoint step {start} in {workdir} holds data states for {sorted(data_states)}, "
-                                f"this run needs {sorted(pipes)}: it is another method's; use a new --workdir")
     for k, p in pipes.items():
       p.restore(data_states[k])
     logging.info("resumed from step %d in %s", start, workdir)
   if previous is not None and runinfo.unmatched(previous["identity"], identity):
     logging.warning("%s: not recorded on both sides (another version of compclip_jax), not compared: %s", workdir,
                     ", ".join(runinfo.unmatched(previous["identity"], identity)))
-  if previous is None and restored:
-    logging.warning("%s has checkpoints but no %s (written by an older version): recording this config as the run's",
-                    workdir, runinfo.RUN_FILE)
   for k, a, b in changes:
     logging.warning("continuing with a changed %s: was %s, now %s (--allow_config_change)", k, a, b)
   if jax.process_index() == 0:

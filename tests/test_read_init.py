@@ -41,6 +41,7 @@ def test_build_model_initialises_w_by_the_switch(tmp_path, init):
   from configs import read
   c = read.get_config("runlocal")
   c.model.read_proj_init = init
+  c.t5.random_d_model = 48  # not the text width (64): W is not square, so its [out, in] layout shows in its shape
   m = train.build_model(c)
   w = m.flat["proj.kernel"]
   fan_in = m.clip_cfg.text.width

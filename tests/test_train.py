@@ -340,6 +340,11 @@ def test_a_workdir_is_one_run(tmp_path):
     train.run(_cfg("clip", **{"total_steps": 3}), w)
   assert len(str(e.value).splitlines()) == 1
   assert _files(tmp_path / "checkpoints") == kept
+  os.remove(tmp_path /
+            "run.json")  # checkpoints without a run record: from before the record (and the [out, in] layout)
+  with pytest.raises(runinfo.RunMismatch, match=r"no run.json.*older than 2026-12-01.*cannot be continued"):
+    train.run(_cfg("clip", **{"total_steps": 3}), w)
+  assert _files(tmp_path / "checkpoints") == kept
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):

@@ -1,8 +1,9 @@
 """A dense layer whose kernel is stored in torch's layout, [out, in] (METHODS §4), shared by CLIP, T5 and READ.
 
-Why not `nnx.Linear` ([in, out]): a checkpoint from transformers or open_clip then loads with no transposes, so
-`load_clip` is one contiguous copy of the file's bytes onto the device (a transposing copy of a ViT-B/32's 600 MB
-took most of the load time, docs/performance.md), and exports write the arrays as they are. The matmul contracts
+Why not `nnx.Linear` ([in, out]): a checkpoint from transformers or open_clip then loads with no dense kernel
+transposed, so `load_clip` is in effect one copy of the file's bytes onto the device (a transposing copy of a
+ViT-B/32's 600 MB took most of the load time, docs/performance.md; only the patch conv and open_clip's two
+projections are still transposed, a few MB), and exports write the arrays as they are. The matmul contracts
 the kernel's last axis, which XLA does without a transpose (measured on CPU, forward + backward of a 12-layer text
 stack: the same time as [in, out], docs/performance.md).
 
