@@ -29,7 +29,7 @@ import numpy as np
 from absl import app, flags
 
 from compclip_jax import cli
-from compclip_jax.data.images import Preprocess
+from compclip_jax.data.images import Preprocess, has_transparency
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import BadRecord
 from compclip_jax.data.samples import half_image
@@ -155,14 +155,15 @@ def _check_or_clear(out: str, want: dict, rebuild: bool) -> None:
 
 def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_format: str, tagger: SpacyTagger,
                 alpha_premultiplied_resize: bool = True, pos_pipeline: str | None = None) -> dict:
-  """Writes shard k (atomically) and its summary `shard-k.json` (count, orientations, skipped rows)."""
+  """Writes shard k (atomically) and its summary `shard-k.json` (count, orientations, skipped rows, images with
+  transparency: those the alpha choice changes)."""
   from array_record.python.array_record_module import ArrayRecordWriter  # pylint: disable=import-outside-toplevel
   if pos_pipeline is not None and tagger.identity() != pos_pipeline:  # a worker must tag as the manifest says
     raise RuntimeError(f"shard {k}: POS pipeline {tagger.identity()!r} is not the manifest's {pos_pipeline!r}")
   pre = Preprocess(image_size)
   path = os.path.join(out, _shard_name(k))
   writer = ArrayRecordWriter(path + ".tmp", "group_size:1")
-  wide, skipped = [], []
+  wide, skipped, transparent = [], [], 0
   tagged = tagger([s for r in rows for s in r["sentences"]])
   pos = 0
   for row in rows:
@@ -179,9 +180,10 @@ def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_f
                       pre.resize_crop(rec["image"], alpha_premultiplied_resize), analysis, row.get("paraphrases", ()),
                       image_format))
     wide.append(int(w >= h))
+    transparent += has_transparency(rec["image"])
   writer.close()
   os.replace(path + ".tmp", path)
-  summary = {"count": len(wide), "wide": wide, "skipped": skipped}
+  summary = {"count": len(wide), "wide": wide, "skipped": skipped, "transparent": transparent}
   _write_json(os.path.join(out, f"shard-{k:05d}.json"), summary)
   return summary
 
@@ -236,12 +238,14 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
 
 def _finish(source, out: str, n_shards: int, want: dict) -> dict:
   wide, skipped = [], [{"id": r.where, "reason": r.reason, "detail": str(r)} for r in source.rejected]
-  shards = []
+  shards, transparent = [], 0
   for k in range(n_shards):
     with open(os.path.join(out, f"shard-{k:05d}.json")) as f:
       s = json.load(f)
     wide += s["wide"]
     skipped += s["skipped"]
+    # None (unknown) once a shard of an older version, which did not count them, is part of the set
+    transparent = None if transparent is None or "transparent" not in s else transparent + s["transparent"]
     if s["count"]:
       shards.append(_shard_name(k))
   with open(os.path.join(out, "orientation.npy.tmp"), "wb") as f:
@@ -258,7 +262,7 @@ def _finish(source, out: str, n_shards: int, want: dict) -> dict:
       "complete": True, "format": want["format"], "source": getattr(source, "path", ""), "records": len(wide),
       "shards": shards, "image_size": want["image_size"], "image_format": want["image_format"], "parsed": True,
       "pos_pipeline": want["pos_pipeline"], "alpha_premultiplied_resize": want["alpha_premultiplied_resize"],
-      "skipped": reasons, "manifest": want
+      "transparent_images": transparent, "skipped": reasons, "manifest": want
   }
   _write_json(os.path.join(out, PREPARED_META), meta, indent=2)  # last: its presence means "finished"
   return meta

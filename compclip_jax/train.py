@@ -105,6 +105,27 @@ def _barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+def _check_prepared_alpha(c, meta: dict, kinds) -> None:
+  """Prepared images were resized with the manifest's alpha choice (METHODS §1.2 step 3): refuse a run whose step
+  kinds resize otherwise where that changes pixels (images with transparency); warn where prepare did not count them."""
+  had, n = meta.get("alpha_premultiplied_resize"), meta.get("transparent_images")
+  for k in kinds:
+    want = bool(c.data.alpha_premultiplied_resize) if k.alpha_from_config else False
+    if had is None or want == had or n == 0:
+      continue
+    way = (f", or set data.alpha_premultiplied_resize={had}" if k.alpha_from_config else
+           f" (the {k.name} step always drops alpha before resizing, as its reference does)")
+    what = (f"{c.data.path} was prepared with --alpha_premultiplied_resize={had}, but the {k.name} step resizes with "
+            f"{want}")
+    if n is None:
+      logging.warning(
+          "%s; prepare did not count its images with transparency (the only ones this changes): "
+          "re-prepare with --alpha_premultiplied_resize=%s to be sure%s", what, want, way)
+      continue
+    raise ConfigError(f"{what}, and {n} of its images have transparency: re-prepare with "
+                      f"--alpha_premultiplied_resize={want} (--rebuild to reuse the folder){way}")
+
+
 def sample_options(c, image_size: int) -> samples.SampleOptions:
   return samples.SampleOptions(image_size=image_size, clic_concat=c.data.clic_concat,
                                clic_imagenet_normalization=c.data.clic_imagenet_normalization,
@@ -244,6 +265,8 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
                         "a COCO-style source prepared with --coco_json")
   opts = sample_options(c, size)  # the model's input size, whatever data.image_size says
   kinds = method.step_kinds(c)
+  if isinstance(source, PreparedSource):
+    _check_prepared_alpha(c, source.meta, kinds)
   # One shuffled order for all kinds (METHODS §1.4): step g's batch is global batch g of it, from the pipeline of
   # method.kind_at(g); each pipeline builds only its own kind's batches, so each row is used once per epoch.
   shares = pl.interleave([method.kind_at(c, g).name for g in range(method.period(c))])

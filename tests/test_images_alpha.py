@@ -147,3 +147,41 @@ def test_unconvertible_mode_is_a_bad_record_not_a_crash():
   with pytest.raises(BadRecord, match="corrupt_image|x:"):
     load_image(b"not an image", "x")
   assert load_image(_png(img), "x").mode == "RGB"
+
+
+def test_prepare_counts_transparent_images_and_training_refuses_another_alpha_choice(tmp_path):
+  """Prepared images are resized once, with prepare's --alpha_premultiplied_resize; a run whose step kinds resize
+  otherwise is refused where that changes pixels (images with transparency), named with both ways out."""
+  from compclip_jax import methods, train
+  from compclip_jax.data.images import has_transparency
+  from compclip_jax.data.sources import CsvSource, PreparedSource
+  from compclip_jax.prepare import prepare
+  from configs import clic, read
+  root = tmp_path / "images"
+  root.mkdir()
+  _half_transparent(80, 60).save(root / "see_through.png")
+  Image.new("RGBA", (60, 80), (10, 200, 30, 255)).save(root / "opaque_rgba.png")  # alpha channel, all opaque
+  Image.new("RGB", (70, 70), (200, 10, 30)).save(root / "plain.jpg")
+  rows = [f"{n},a red cat on a mat,a small dog\n" for n in ("see_through.png", "opaque_rgba.png", "plain.jpg")]
+  (tmp_path / "rows.csv").write_text("".join(rows))
+  assert [has_transparency(Image.open(root / n)) for n in ("see_through.png", "opaque_rgba.png", "plain.jpg")] == \
+      [True, False, False]
+  meta = prepare(CsvSource(str(tmp_path / "rows.csv"), str(root)), str(tmp_path / "prep"), image_size=32,
+                 progress=False)
+  assert meta["alpha_premultiplied_resize"] is True and meta["transparent_images"] == 1
+  assert PreparedSource(str(tmp_path / "prep")).meta["transparent_images"] == 1
+  c = clic.get_config("runlocal")
+  c.data.path = str(tmp_path / "prep")
+  clic_kinds, read_kinds = methods.get("clic").step_kinds(c), methods.get("read").step_kinds(read.get_config())
+  train._check_prepared_alpha(c, meta, clic_kinds)  # pylint: disable=protected-access  # as prepared: fine
+  c.data.alpha_premultiplied_resize = False
+  with pytest.raises(
+      train.ConfigError, match=r"(?s)prepared with --alpha_premultiplied_resize=True, but the clic "
+      r"step resizes with False, and 1 of its images.*--alpha_premultiplied_resize=False.*or set "
+      r"data.alpha_premultiplied_resize=True"):
+    train._check_prepared_alpha(c, meta, clic_kinds)  # pylint: disable=protected-access
+  c.data.alpha_premultiplied_resize = True
+  with pytest.raises(train.ConfigError, match="the read step always drops alpha before resizing"):
+    train._check_prepared_alpha(c, meta, read_kinds)  # pylint: disable=protected-access
+  # without images with transparency the choice changes nothing: no refusal
+  train._check_prepared_alpha(c, {**meta, "transparent_images": 0}, read_kinds)  # pylint: disable=protected-access

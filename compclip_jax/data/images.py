@@ -47,6 +47,11 @@ def to_rgb_or_rgba(img: Image.Image) -> Image.Image:
   return rgba if lo < 255 else rgba.convert("RGB")
 
 
+def has_transparency(img: Image.Image) -> bool:
+  """Whether `img` has a pixel that is not fully opaque: the images `data.alpha_premultiplied_resize` changes."""
+  return to_rgb_or_rgba(img).mode == "RGBA"
+
+
 def finish_rgb(img: Image.Image, premultiplied_alpha: bool = True) -> Image.Image:
   """An image about to be resized → the mode to resize it in.
 

@@ -45,6 +45,8 @@ class StepKind:
   normalization: Callable[[SampleOptions, Any, Any], tuple[tuple, tuple]] = model_normalization
   partner: Callable[[SampleOptions], bool] = no_partner  # True: the sample takes a same-orientation partner record
   t5_target: bool = False  # the sample has a "target" caption the T5 tokenizer encodes (the decoder's target)
+  # its images follow data.alpha_premultiplied_resize; False: alpha is always dropped before resizing (READ)
+  alpha_from_config: bool = True
 
 
 def no_problems(c: ml_collections.ConfigDict) -> list[str]:

@@ -65,6 +65,6 @@ def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
   return {k[len("clip."):]: v for k, v in flat.items() if k.startswith("clip.")}
 
 
-STEP = base.StepKind("read", sample, loss, t5_target=True)
+STEP = base.StepKind("read", sample, loss, t5_target=True, alpha_from_config=False)
 METHOD = base.Method("read", (STEP,), console_terms=("con", "rec", "align"), decoder=True, export_parts=export_parts,
                      needs_parse=True, validate=base.decoder_problems)
