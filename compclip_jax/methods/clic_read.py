@@ -43,7 +43,7 @@ def loss(model, batch: dict, rng, norm: tuple, loss_cfg) -> tuple:
   + w_align·L_align; metrics clic/* and read/rec, read/align."""
   clip = model.clip
   img = base.image_embeddings(clip, batch, norm)
-  _, pooled = clip.text_model(base.stacked(batch["ids"]))  # [5B, width]: p1 (B); p2; p3; p4; n
+  pooled = clip.text_model(base.stacked(batch["ids"]))  # [5B, width]: p1 (B); p2; p3; p4; n
   txt = l2_normalize(clip.text_projection(pooled))
   scale = base.logit_scale(clip)
   b = img.shape[0]

@@ -45,7 +45,7 @@ def loss(model, batch: dict, rng, norm: tuple, loss_cfg) -> tuple:
   losses.read_loss (metrics read/*, con/*)."""
   clip = model.clip
   img = base.image_embeddings(clip, batch, norm)
-  _, pooled = clip.text_model(base.stacked(batch["ids"]))  # [4B, width]
+  pooled = clip.text_model(base.stacked(batch["ids"]))  # [4B, width]
   txt = l2_normalize(clip.text_projection(pooled))
   b = img.shape[0]
   dec_logits = reconstruction_logits(model, pooled[:b], batch["t5_target"], rng, loss_cfg)
