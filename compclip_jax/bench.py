@@ -32,6 +32,8 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from compclip_jax import host_memory
+
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP directory (default: a random-init ViT-B/32).")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size for `encode`.")
@@ -257,6 +259,7 @@ def bench_components(config, text_len: int, runs: int) -> None:
 
 
 def main(argv):
+  host_memory.keep_freed_memory()  # what the training entry point does on a CPU host (docs/performance.md)
   if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline", "train", "device"):
     raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train|device [flags]")
   if argv[1] == "device":

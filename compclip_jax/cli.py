@@ -24,7 +24,7 @@ EXIT_DIVERGED = 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 # Exception class names (in compclip_jax modules) whose message is the whole story: no traceback needed.
 USER_ERRORS = ("ConfigError", "CheckpointMismatchError", "RuleError", "TooManySkipped", "RunMismatch", "WorkdirBusy",
-               "WorkdirError", "Unrestorable", "ArchitectureUnknownError", "PrepareError")
+               "WorkdirError", "Unrestorable", "ArchitectureUnknownError", "PrepareError", "HostMallocError")
 # A missing or unreadable input file is the user's to fix too (the message names it).
 USER_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -35,7 +35,7 @@ from collections import Counter
 import jax
 import numpy as np
 
-from compclip_jax import config_files, demo_plots, demo_shipped as shipped, methods, synthetic, train
+from compclip_jax import config_files, demo_plots, demo_shipped as shipped, host_memory, methods, synthetic, train
 from compclip_jax.metrics import tag as metric_tag
 
 # (benchmark, metric, label) rows of the report
@@ -526,6 +526,10 @@ def main(argv=None) -> None:
       print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
     return
   logging.getLogger().setLevel(logging.WARNING)
+  try:
+    host_memory.keep_freed_memory()  # before the first jax computation (docs/performance.md, "Host memory")
+  except host_memory.HostMallocError as e:
+    ap.error(str(e))
   checked = None  # the shipped (CLIP, T5) directories, once their hashes are checked
   if (a.diagnose == "shipped" or not (a.diagnose or a.pretrain or opts.from_scratch)):
     try:  # a changed or missing shipped model: say which file and what to do, exit 2

@@ -18,7 +18,7 @@ import os
 
 from absl import app, flags
 
-from compclip_jax import cli
+from compclip_jax import cli, host_memory
 from compclip_jax.evaluators import output, registry, scorers
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.evaluators.run import run_benchmarks
@@ -51,6 +51,7 @@ def main(argv):
     if not flag.value:
       raise app.UsageError(f"--{flag.name} is required")
   cli.quiet_logging(cli.verbosity_given())
+  host_memory.keep_freed_memory()
   names, skipped = registry.resolve(_BENCH.value, _DATA.value, _IMAGES.value)
   for n, why in skipped.items():
     print(f"skipped {n}: {why}")

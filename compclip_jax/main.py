@@ -23,7 +23,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from compclip_jax import cli
+from compclip_jax import cli, host_memory
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<method>.py[:arg]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and exports go here.", required=True)
@@ -50,6 +50,7 @@ def main(argv):
         "pretrains)", file=sys.stderr)
     sys.exit(cli.EXIT_USER_ERROR)
   cli.quiet_logging(cli.verbosity_given())  # before jax starts its backends (their C++ logs read the environment)
+  host_memory.keep_freed_memory()  # before jax's CPU threads start (docs/performance.md, "Host memory")
   if _NPROC.value and _NPROC.value > 1:
     jax.distributed.initialize(_COORD.value, _NPROC.value, _PID.value)
   elif _DISTRIBUTED.value:

@@ -33,18 +33,28 @@ import os  # noqa: E402
 _need = {"CLIC_DIR": "train.py", "OPEN_CLIP_PATH": "open_clip"}  # what each folder must hold
 for _var, _inside in _need.items():
   if not os.path.exists(os.path.join(os.environ.get(_var, "/nonexistent"), _inside)):
-    print(f"{_var}={os.environ.get(_var, '')!r} has no {_inside}: set CLIC_DIR to a checkout of "
-             "github:AmitPeleg/CLIC and OPEN_CLIP_PATH to a `pip install --target DIR --no-deps open_clip_torch ftfy "
-             "wcwidth` folder (see this file's docstring)", file=sys.stderr)
+    print(
+        f"{_var}={os.environ.get(_var, '')!r} has no {_inside}: set CLIC_DIR to a checkout of "
+        "github:AmitPeleg/CLIC and OPEN_CLIP_PATH to a `pip install --target DIR --no-deps open_clip_torch ftfy "
+        "wcwidth` folder (see this file's docstring)", file=sys.stderr)
     sys.exit(2)
 if len(sys.argv) < 2 or not sys.argv[1].isdigit():
   print(__doc__, file=sys.stderr)
   sys.exit(2)
 
+# Both sides run under the host allocator policy our entry points apply on a CPU host (compclip_jax/host_memory.py:
+# freed memory kept for the next step instead of page-faulted in again), set before torch or jax start a thread;
+# COMPCLIP_HOST_MALLOC=default measures both under glibc's defaults.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # ours: after theirs (no name clash)
+from compclip_jax import host_memory  # noqa: E402
+
+HOST_MALLOC = host_memory.keep_freed_memory()
 sys.path.insert(0, os.environ["OPEN_CLIP_PATH"])  # open_clip_torch (measured: 3.3.0; the reference pins 2.31), ftfy
-_stubs = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.ops", "torchvision.ops.misc",
-                                           "torchvision.transforms", "torchvision.transforms.functional",
-                                           "torchvision.datasets", "wandb", "clip", "data_loading")}
+_stubs = {
+    n: types.ModuleType(n)
+    for n in ("torchvision", "torchvision.ops", "torchvision.ops.misc", "torchvision.transforms",
+              "torchvision.transforms.functional", "torchvision.datasets", "wandb", "clip", "data_loading")
+}
 _stubs["torchvision.ops.misc"].FrozenBatchNorm2d = object
 
 
@@ -68,8 +78,6 @@ for _n, _mod in _stubs.items():
   _mod.__spec__ = importlib.machinery.ModuleSpec(_n, None)
 sys.modules.update(_stubs)
 sys.path.insert(0, os.environ["CLIC_DIR"])  # their top-level modules: models, losses, utils, local_setting
-# after theirs: ours is a package (compclip_jax, configs) with no name clash
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -80,8 +88,8 @@ import models as ref_models  # noqa: E402
 import utils.model_utils  # noqa: E402
 from utils import general_utils  # noqa: E402
 from utils.train_args import get_args_parser  # noqa: E402
-from utils.train_utils import (backward_and_update, create_normal_clip_loss_pattern, get_optim_param_dict,  # noqa
-                               get_scheduler_dict, set_data_type)
+from utils.train_utils import backward_and_update, create_normal_clip_loss_pattern  # noqa: E402
+from utils.train_utils import get_optim_param_dict, get_scheduler_dict, set_data_type  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -210,9 +218,9 @@ def _ref_sets():
 
 def _our_sets():
   import re  # pylint: disable=import-outside-toplevel
-  flat = lambda st: [(".".join(map(str, k)), tuple(v.shape)) for k, v in jax.tree_util.tree_flatten_with_path(
-      st, is_leaf=lambda x: hasattr(x, "shape"))[0] for k in [tuple(getattr(e, "key", getattr(e, "idx", e))
-                                                                 for e in k)]]
+  flat = lambda st: [(".".join(map(str, k)), tuple(v.shape))
+                     for k, v in jax.tree_util.tree_flatten_with_path(st, is_leaf=lambda x: hasattr(x, "shape"))[0]
+                     for k in [tuple(getattr(e, "key", getattr(e, "idx", e)) for e in k)]]
   rx = lambda pats, s: any(re.fullmatch(p, s) for p in pats)
   tr = [(n, s, "wd" if rx(common.DECAY_2D, n) else "no_wd") for n, s in flat(trainable)]
   for n, s, g in tr:  # the project's rules (configs/common.py) vs the ndim rule used in this harness's optimiser
@@ -240,13 +248,15 @@ if OPTS.get("check", "1") == "1":
   print("ours      trainable, block 0:", [r for r in otr if ".layers.0." in r[0]])
   # one reference step changes its trainable parameters, leaves the frozen ones, and has a finite loss
   named = dict(model.named_parameters())
-  watch = ["model.text_projection", "model.transformer.resblocks.0.attn.in_proj_weight", "model.logit_scale",
-           "model.visual.proj"]
+  watch = [
+      "model.text_projection", "model.transformer.resblocks.0.attn.in_proj_weight", "model.logit_scale",
+      "model.visual.proj"
+  ]
   before = {n: named[n].detach().clone() for n in watch}
   for it in (0, 1):
     m = ref_step(it)
-    print(f"reference iteration {it} ({'CLIC' if it % 2 == 0 else 'CLIP'}): inputs {m.pop('_shapes')}, "
-          + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
+    print(f"reference iteration {it} ({'CLIC' if it % 2 == 0 else 'CLIP'}): inputs {m.pop('_shapes')}, " +
+          ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
   for n in watch:
     d = (named[n].detach() - before[n]).abs()
     print(f"  after 2 reference steps: {n} {tuple(d.shape)} max |Δ| {d.max().item():.3e}, "
@@ -256,8 +266,8 @@ if OPTS.get("check", "1") == "1":
     m = our_step(kind, 77)
     print(f"ours {kind}: ids {our_batches[(kind, 77)]['ids'].shape}, image {our_batches[(kind, 77)]['image'].shape}"
           f" {our_batches[(kind, 77)]['image'].dtype}, loss {float(m['loss']):.4f}")
-  dmax = max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(np.asarray(b) - a).max()), our_before,
-                                          state.trainable)))
+  dmax = max(
+      jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(np.asarray(b) - a).max()), our_before, state.trainable)))
   print(f"  after 2 of our steps: max |Δ| over trainable {dmax:.3e}")
 
 # ------------------------------------------------------------------------------------------------ timing
@@ -282,7 +292,8 @@ for r in range(RUNS):
     run(*v)
     times[v].append(time.perf_counter() - t0)
 print(f"\nB={B}, fp32 (reference: --disable-amp; ours: compute + frozen vision fp32, attention {ATTN}), torch "
-      f"{torch.__version__} {torch.get_num_threads()} threads, jax {jax.__version__} {jax.devices()[0].platform}; "
+      f"{torch.__version__} {torch.get_num_threads()} threads, jax {jax.__version__} {jax.devices()[0].platform}, "
+      f"host allocator {'kept memory (host_memory)' if HOST_MALLOC else 'glibc defaults'}; "
       f"{RUNS} alternated rounds, median (min–max)\n")
 print("| step | reference (official CLIC @dc845c7) | ours 77 | ours 32 | ours 77 / ref | ours 32 / ref |")
 print("|---|---|---|---|---|---|")
