@@ -259,7 +259,7 @@ def bench_components(config, text_len: int, runs: int) -> None:
 
 
 def main(argv):
-  host_memory.keep_freed_memory()  # what the training entry point does on a CPU host (docs/performance.md)
+  host_memory.keep_freed_memory()  # COMPCLIP_HOST_MALLOC=keep, as the training entry point (docs/performance.md)
   if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline", "train", "device"):
     raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train|device [flags]")
   if argv[1] == "device":

@@ -50,7 +50,7 @@ def main(argv):
         "pretrains)", file=sys.stderr)
     sys.exit(cli.EXIT_USER_ERROR)
   cli.quiet_logging(cli.verbosity_given())  # before jax starts its backends (their C++ logs read the environment)
-  host_memory.keep_freed_memory()  # before jax's CPU threads start (docs/performance.md, "Host memory")
+  host_memory.keep_freed_memory()  # COMPCLIP_HOST_MALLOC=keep; before jax's CPU threads start (docs/performance.md)
   if _NPROC.value and _NPROC.value > 1:
     jax.distributed.initialize(_COORD.value, _NPROC.value, _PID.value)
   elif _DISTRIBUTED.value:
