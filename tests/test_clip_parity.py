@@ -80,6 +80,7 @@ def test_last_block_at_the_pooled_position_only_is_exact(tmp_path, case):
   import jax.numpy as jnp
   import torch
   from flax import nnx
+  from compclip_jax.models.clip import eot_positions
   act, eos_cfg, eot, pad, vocab = CASES[case]
   hf = fx.random_hf_clip(fx.hf_clip_config(act, eos_cfg, vocab))
   hf.save_pretrained(tmp_path)
@@ -90,7 +91,7 @@ def test_last_block_at_the_pooled_position_only_is_exact(tmp_path, case):
     ref_hidden = hf.text_model(input_ids=torch.as_tensor(ids, dtype=torch.long)).last_hidden_state.numpy()
   hidden = np.asarray(tm.hidden_states(ids))
   np.testing.assert_allclose(hidden, ref_hidden, atol=1e-5, rtol=0)
-  eot_at = np.asarray(clip_eot(ids, tm.cfg))
+  eot_at = np.asarray(eot_positions(ids, tm.cfg))
   assert len(set(eot_at.tolist())) > 1  # EOT at several positions, not only the last
   np.testing.assert_allclose(np.asarray(tm(ids)), hidden[np.arange(len(ids)), eot_at], atol=1e-6, rtol=0)
   # gradients of a function of the pooled output, through the short last block and through the full one
@@ -104,17 +105,8 @@ def test_last_block_at_the_pooled_position_only_is_exact(tmp_path, case):
     assert np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 0.1), (np.abs(a - b).max(), np.abs(b).max())
   # vision: the full last block, then the class token
   vm, px = model.vision_model, jnp.asarray(_pixels(3, 32))
-  x = vm.embeddings.patch_embedding(px)
-  x = x.reshape(x.shape[0], -1, x.shape[-1])
-  cls = jnp.broadcast_to(vm.embeddings.class_embedding[...], (x.shape[0], 1, x.shape[-1]))
-  x = jnp.concatenate([cls, x], axis=1) + vm.embeddings.position_embedding.embedding[...]
-  full_vision = vm.post_layernorm(vm.encoder(vm.pre_layrnorm(x), causal=False)[:, 0])
+  full_vision = vm.post_layernorm(vm.encoder(vm.embed(px), causal=False)[:, 0])
   np.testing.assert_allclose(np.asarray(vm(px)), np.asarray(full_vision), atol=1e-6, rtol=0)
-
-
-def clip_eot(ids, cfg):
-  from compclip_jax.models.clip import eot_positions
-  return eot_positions(ids, cfg)
 
 
 @pytest.mark.parametrize("case", ["quickgelu-argmax", "gelu-first-eos"])

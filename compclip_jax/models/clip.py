@@ -240,13 +240,17 @@ class VisionTransformer(nnx.Module):
 
   def __call__(self, pixels: jax.Array) -> jax.Array:
     """pixels [B, H, W, 3] (normalised, H = W = image_size) → pooled [B, width]."""
+    x = self.embed(pixels)
+    # Only the class token is read: the last block runs at position 0 only (Encoder's `rows`; exact).
+    return self.post_layernorm(self.encoder(x, causal=False, rows=jnp.zeros(x.shape[0], int)))
+
+  def embed(self, pixels: jax.Array) -> jax.Array:
+    """pixels [B, H, W, 3] → the encoder's input [B, 1 + patches, width]: class token + patches, positions, pre-LN."""
     e = self.embeddings
     x = e.patch_embedding(pixels.astype(self.dt.compute))
     x = x.reshape(x.shape[0], -1, x.shape[-1])
     cls = jnp.broadcast_to(e.class_embedding[...].astype(x.dtype), (x.shape[0], 1, x.shape[-1]))
-    x = jnp.concatenate([cls, x], axis=1) + e.position_embedding.embedding[...].astype(x.dtype)
-    # Only the class token is read: the last block runs at position 0 only (Encoder's `rows`; exact).
-    return self.post_layernorm(self.encoder(self.pre_layrnorm(x), causal=False, rows=jnp.zeros(x.shape[0], int)))
+    return self.pre_layrnorm(jnp.concatenate([cls, x], axis=1) + e.position_embedding.embedding[...].astype(x.dtype))
 
 
 def l2_normalize(x: jax.Array) -> jax.Array:
