@@ -6,6 +6,6 @@ __all__ = ["load_clip", "save_clip"]
 
 def __getattr__(name: str):
   if name in __all__:
-    from compclip_jax import loading  # pylint: disable=import-outside-toplevel
+    from compclip_jax.weights import loading  # pylint: disable=import-outside-toplevel
     return getattr(loading, name)
   raise AttributeError(f"module 'compclip_jax' has no attribute {name!r}")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from compclip_jax import bench_device
+from compclip_jax.cli import bench_device
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,9 @@ def test_precision_policy_bf16_compute_keeps_fp32_state_and_a_close_loss():
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from compclip_jax import methods, optim, steps
+  from compclip_jax import methods
+  from compclip_jax.train import optim
+  from compclip_jax.train import steps
   from compclip_jax.models import clip_config
 
   p = bench_device.Point("clic", "tiny", clip_config.tiny(), 8)

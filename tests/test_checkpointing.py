@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from compclip_jax import checkpointing
+from compclip_jax.train import checkpointing
 
 # a train step's donation: the saved buffers are reused for the result
 _overwrite = jax.jit(lambda s: jax.tree.map(lambda x: x * 0 - 7, s), donate_argnums=0)

@@ -12,7 +12,7 @@ from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import TooManySkipped
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
 from compclip_jax.data.tokenizers import CLIPTokenizer
-from compclip_jax.prepare import PrepareError, prepare
+from compclip_jax.data.prepare import PrepareError, prepare
 from tests import data_fixtures as df
 
 

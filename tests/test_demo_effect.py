@@ -9,7 +9,7 @@ Manual tier (12 min on 2 cores: most of CI's budget):
 The full claim, over three seeds and every method, is the sweep of docs/demo.md."""
 import pytest
 
-from compclip_jax import demo
+from compclip_jax.demo import run as demo
 
 
 def small(name: str):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from compclip_jax import demo_plots
-from compclip_jax.metrics import tag
+from compclip_jax.demo import plots as demo_plots
+from compclip_jax.train.metrics import tag
 
 SC, SCPP = "eval/sugarcrepe", "eval/sugarcrepe_pp"
 R5_IMG = tag("eval/coco_retrieval/image_retrieval_recall@5")

@@ -3,7 +3,8 @@ that encode bindings pass the binding probe, features that encode only the bag o
 probe and fail the binding probe; ridge regression against numpy's least squares."""
 import numpy as np
 
-from compclip_jax import demo_probe, synthetic
+from compclip_jax.demo import probe as demo_probe
+from compclip_jax.data import synthetic
 
 
 def _binding_features(scenes):  # one-hot of the bindings present: binding-aware by construction

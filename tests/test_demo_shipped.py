@@ -9,7 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from compclip_jax import demo, demo_shipped, loading
+from compclip_jax.demo import run as demo
+from compclip_jax.demo import shipped as demo_shipped
+from compclip_jax.weights import loading
 from compclip_jax.assets import SYNTHETIC_T5_SPIECE
 from compclip_jax.weights import files
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from compclip_jax import host_memory
+from compclip_jax.cli import host_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # a jitted function with 256 MB temporaries ([8000, 8000] fp32; far above glibc's largest mmap threshold, 32 MB), run
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = """
 import resource
 import jax, jax.numpy as jnp
-from compclip_jax import host_memory
+from compclip_jax.cli import host_memory
 applied = host_memory.keep_freed_memory()
 x = jnp.ones((8000, 256), jnp.float32)
 f = jax.jit(lambda x: jnp.tanh(jnp.tanh(x @ x.T) @ x).sum())

@@ -152,10 +152,11 @@ def test_unconvertible_mode_is_a_bad_record_not_a_crash():
 def test_prepare_counts_transparent_images_and_training_refuses_another_alpha_choice(tmp_path):
   """Prepared images are resized once, with prepare's --alpha_premultiplied_resize; a run whose step kinds resize
   otherwise is refused where that changes pixels (images with transparency), named with both ways out."""
-  from compclip_jax import methods, train
+  from compclip_jax import methods
+  from compclip_jax.train import loop as train
   from compclip_jax.data.images import has_transparency
   from compclip_jax.data.sources import CsvSource, PreparedSource
-  from compclip_jax.prepare import prepare
+  from compclip_jax.data.prepare import prepare
   from configs import clic, read
   root = tmp_path / "images"
   root.mkdir()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from compclip_jax import losses
+from compclip_jax.methods import losses
 
 jax.config.update("jax_enable_x64", False)
 

@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compclip_jax import losses, methods
+from compclip_jax import methods
+from compclip_jax.methods import losses
 from compclip_jax.data import pipeline as pl
 from compclip_jax.data import samples
 from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD
 from compclip_jax.data.sources import CsvSource
-from compclip_jax.metrics import MetricWriter
+from compclip_jax.train.metrics import MetricWriter
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP
-from compclip_jax.models.read import READModel
+from compclip_jax.methods.read.model import READModel
 from compclip_jax.models.t5 import T5Config
 from tests import data_fixtures as df
 

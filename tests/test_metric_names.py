@@ -7,7 +7,7 @@ import struct
 
 from tensorboardX.proto import event_pb2
 
-from compclip_jax.metrics import MetricWriter, tag
+from compclip_jax.train.metrics import MetricWriter, tag
 
 
 def _events(tb_dir):

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from compclip_jax import train
-from compclip_jax.metrics import MetricWriter, NonFiniteLoss
+from compclip_jax.train import loop as train
+from compclip_jax.train.metrics import MetricWriter, NonFiniteLoss
 
 
 def _lines(path):

@@ -159,7 +159,7 @@ def test_skips_are_refilled_within_their_own_kind(broken, tok, tagger):
 
 def test_training_builds_one_stream(tmp_path):
   """train.setup wires the pipelines so (CLIC :runlocal, 64 rows, batch 8): 8 steps use 64 distinct rows."""
-  from compclip_jax import train
+  from compclip_jax.train import loop as train
   from configs import clic
   c = clic.get_config("runlocal")
   c.evals.benchmarks = ()

@@ -9,7 +9,7 @@ import pytest
 import torch
 from flax import nnx
 
-from compclip_jax import optim
+from compclip_jax.train import optim
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP
 from compclip_jax.weights import params

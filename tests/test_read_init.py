@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from compclip_jax.models.read import read_proj_init, torch_linear_init
+from compclip_jax.methods.read.model import read_proj_init, torch_linear_init
 
 
 def test_torch_linear_init_matches_torch_statistics():
@@ -37,7 +37,7 @@ def test_lecun_normal_is_the_old_switch_and_sqrt3_wider():
 
 @pytest.mark.parametrize("init", ["torch_linear", "lecun_normal"])
 def test_build_model_initialises_w_by_the_switch(tmp_path, init):
-  from compclip_jax import train
+  from compclip_jax.train import loop as train
   from configs import read
   c = read.get_config("runlocal")
   c.model.read_proj_init = init

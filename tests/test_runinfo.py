@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from compclip_jax import cli, runinfo
+from compclip_jax.cli import app as cli
+from compclip_jax.train import runinfo
 from configs import clic, read
 
 SHAPES = {

@@ -238,7 +238,7 @@ def test_for_workdir_writes_one_file_per_host(tmp_path):
 
 # --------------------------------------------------------------------------------------------- in a training run
 def _training_data(tmp_path, extra_rows: list[str]):
-  from compclip_jax import synthetic
+  from compclip_jax.data import synthetic
   world = synthetic.write_world(str(tmp_path / "world"), 40, seed=0)
   rows = tmp_path / "rows.csv"
   with open(world["csv"], encoding="utf-8") as f:
@@ -258,7 +258,7 @@ def _run_cfg(rows, images, **overrides):
 @pytest.mark.slow
 def test_training_reports_every_dropped_record(tmp_path, capsys, caplog):
   """40 good rows, 2 rejected when read (4.7 %), 1 whose image is missing (skipped when loaded, each epoch)."""
-  from compclip_jax import train
+  from compclip_jax.train import loop as train
   rows, images = _training_data(tmp_path, [
       "a.gif,a red cube,a blue ball", "00001.png,only one sentence", "missing.png,a red cube,a blue ball"
   ])
@@ -287,7 +287,7 @@ def test_training_reports_every_dropped_record(tmp_path, capsys, caplog):
 
 
 def test_training_refuses_a_mostly_bad_csv(tmp_path):
-  from compclip_jax import train
+  from compclip_jax.train import loop as train
   rows, images = _training_data(tmp_path, [f"{i:05d}.png,only one sentence" for i in range(40)])
   with pytest.raises(
       TooManySkipped, match=r"(?s)rows\.csv: 40 of 80 records \(50\.0%\) cannot be used.*"
@@ -321,7 +321,7 @@ def test_prepare_lists_read_time_rejects_and_training_counts_them(messy, tmp_pat
   """`prepare` writes every read-time reject to its skipped.jsonl; a run on the prepared data reads them back."""
   from PIL import Image
   from compclip_jax.data.sources import PreparedSource
-  from compclip_jax.prepare import prepare
+  from compclip_jax.data.prepare import prepare
   for name in ("img0.jpg", "img1.png", "img8.jpeg"):  # img9.png stays missing: skipped by prepare
     Image.new("RGB", (40, 30), "red").save(tmp_path / name)
   src = CsvSource(messy, str(tmp_path))

@@ -2,12 +2,15 @@
 import json
 import os
 import re
+import subprocess
+import sys
 
 import ml_collections
 import pytest
 import sentencepiece as spm
 
-from compclip_jax import assets, synthetic
+from compclip_jax import assets
+from compclip_jax.data import synthetic
 from compclip_jax.data import sources
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.sources import CocoSource, CsvSource
@@ -81,7 +84,7 @@ def test_bag_of_words_world_has_the_same_images_and_exchanged_colours_in_half_it
 
 
 def test_summary_table_is_mean_and_sample_std_over_seeds():
-  from compclip_jax import demo
+  from compclip_jax.demo import run as demo
   cols = {"pretrained": {"swap": [0.5, 0.6, 0.7]}, "clic": {"swap": [0.6, 0.6, 0.6], "replace": [0.9, 0.8, 1.0]}}
   lines = demo.summary_table(cols, [0, 1, 2]).splitlines()
   assert lines[0].startswith("| held-out benchmark (%), mean ± std over seeds 0, 1, 2 | pretrained | clic |")
@@ -89,7 +92,7 @@ def test_summary_table_is_mean_and_sample_std_over_seeds():
 
 
 def test_paired_table_is_the_change_per_seed():
-  from compclip_jax import demo
+  from compclip_jax.demo import run as demo
   rows = demo.PAIRED_ROWS
   cols = {"pretrained": {r: [0.5, 0.6, 0.7] for r in rows}, "clic": {r: [0.6, 0.6, 0.9] for r in rows}}
   lines = demo.paired_table(cols).splitlines()
@@ -105,7 +108,7 @@ def test_paired_table_is_the_change_per_seed():
 def test_clic_negative_kinds_on_the_world(tmp_path):
   """The README's breakdown of what CLIC's negatives swap: a hand case for reading the moved word, then counts on a
   small world that add up and name only the world's kinds of words."""
-  from compclip_jax import demo
+  from compclip_jax.demo import run as demo
   neg = "a white star below a red diamond. a green square above a blue circle."  # red ↔ green across the two
   assert demo._moved_word("a red square above a blue circle", neg) == "red"  # pylint: disable=protected-access
   assert demo._moved_word("a white star below a green diamond", neg) == "green"  # pylint: disable=protected-access
@@ -244,7 +247,9 @@ def test_bundled_t5_tokenizer_covers_every_sentence_of_a_world(tmp_path):
 
 def test_bundled_t5_tokenizer_is_what_its_command_trains(tmp_path):
   """The shipped file is reproducible: `python -m compclip_jax.synthetic --t5_tokenizer=…` trains the same pieces."""
-  fresh = synthetic.main([f"--t5_tokenizer={tmp_path / 'sp.model'}"]) or str(tmp_path / "sp.model")
+  fresh = str(tmp_path / "sp.model")
+  subprocess.run([sys.executable, "-m", "compclip_jax.synthetic", f"--t5_tokenizer={fresh}"], check=True,
+                 capture_output=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   pieces = lambda path: [(p.id_to_piece(i), p.get_score(i)) for p in [spm.SentencePieceProcessor(model_file=path)]
                          for i in range(p.get_piece_size())]
   assert pieces(fresh) == pieces(assets.SYNTHETIC_T5_SPIECE)

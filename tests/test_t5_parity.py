@@ -6,7 +6,7 @@ import transformers
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.models.t5 import modeling_t5
 
-from compclip_jax.loading import load_t5_decoder
+from compclip_jax.weights.loading import load_t5_decoder
 from compclip_jax.models.t5 import relative_position_bucket, shift_right
 
 TOL = 1e-4

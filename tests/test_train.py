@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from compclip_jax import checkpointing, runinfo, train
+from compclip_jax.train import checkpointing
+from compclip_jax.train import runinfo
+from compclip_jax.train import loop as train
 from configs import clic, clic_read, clip, negclip, read
 
 # Every test here trains (subprocesses or in-process runs of :runlocal): the slow tier (`-m "not slow"` skips them).
@@ -283,7 +285,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
           "total_steps": 6, "checkpoint.every_steps": 2, "log_every": 1, "optim.lr": float("nan"),
           "optim.schedule": "constant"
       })
-  from compclip_jax.metrics import NonFiniteLoss
+  from compclip_jax.train.metrics import NonFiniteLoss
   # step 3's update already made the parameters NaN (its loss was still finite): stopped there, not a step later
   with pytest.raises(NonFiniteLoss, match="param_norm is nan at step 3"):
     train.run(bad, str(tmp_path), allow_config_change=("total_steps", "optim"))
@@ -298,7 +300,7 @@ def test_inf_parameters_with_a_finite_loss_are_not_checkpointed(tmp_path):
           "total_steps": 2, "checkpoint.every_steps": 1, "log_every": 100, "optim.lr": 1e30,
           "optim.schedule": "constant"
       })
-  from compclip_jax.metrics import NonFiniteLoss
+  from compclip_jax.train.metrics import NonFiniteLoss
   with pytest.raises(NonFiniteLoss, match="param_norm is inf at step 1"):
     train.run(c, str(tmp_path))
   assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]

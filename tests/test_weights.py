@@ -419,7 +419,7 @@ def test_hf_export_with_the_builtin_tokenizer_loads_in_clip_processor(hf_dir, tm
 
 
 def test_convert_a_nonstandard_vocabulary_without_tokenizer_files_warns_and_converts(tmp_path, caplog):
-  from compclip_jax.convert import convert
+  from compclip_jax.cli.convert import convert
   import io
   fx.random_hf_clip(fx.hf_clip_config("quick_gelu", vocab_size=1000), seed=2).save_pretrained(tmp_path / "v1000")
   out = io.StringIO()
@@ -523,7 +523,7 @@ def test_repeated_loads_share_the_template_not_the_parameters(hf_dir, batch):
   """The shape-only template is built once per architecture and dtypes; every load gets its own Variables, and the
   cached template stays shape-only: changing a loaded model changes neither the template nor the next load."""
   import jax
-  from compclip_jax import loading
+  from compclip_jax.weights import loading
   template = loading._shape_only_template  # pylint: disable=protected-access
   first, _, _ = load_clip(str(hf_dir))
   before = _embed(first, batch)
@@ -604,7 +604,7 @@ def test_t5_decoder_params_loader(tmp_path):
   """`load_t5_decoder_params` (what training needs: config, numpy params, tokenizer) is what `load_t5_decoder`
   puts on the device; no spiece.model → no tokenizer, a named tokenizer file that is missing → an error naming it."""
   import transformers as tf
-  from compclip_jax.loading import load_t5_decoder, load_t5_decoder_params
+  from compclip_jax.weights.loading import load_t5_decoder, load_t5_decoder_params
   cfg = tf.T5Config(vocab_size=40, d_model=16, d_kv=4, d_ff=24, num_layers=1, num_decoder_layers=2, num_heads=4,
                     feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0)
   torch.manual_seed(0)

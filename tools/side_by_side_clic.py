@@ -46,7 +46,7 @@ if len(sys.argv) < 2 or not sys.argv[1].isdigit():
 # step instead of page-faulted in again), set before torch or jax start a thread: this harness's default is
 # COMPCLIP_HOST_MALLOC=keep; COMPCLIP_HOST_MALLOC=default measures both under glibc's defaults.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # ours: after theirs (no name clash)
-from compclip_jax import host_memory  # noqa: E402
+from compclip_jax.cli import host_memory  # noqa: E402
 
 HOST_MALLOC = host_memory.keep_freed_memory({host_memory.ENV: os.environ.get(host_memory.ENV, "keep")})
 sys.path.insert(0, os.environ["OPEN_CLIP_PATH"])  # open_clip_torch (measured: 3.3.0; the reference pins 2.31), ftfy
@@ -93,7 +93,10 @@ from utils.train_utils import get_optim_param_dict, get_scheduler_dict, set_data
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from compclip_jax import bench_device as bd, methods, optim, steps  # noqa: E402
+from compclip_jax import methods  # noqa: E402
+from compclip_jax.cli import bench_device as bd
+from compclip_jax.train import optim
+from compclip_jax.train import steps
 from compclip_jax.models import clip_config  # noqa: E402
 from configs import common  # noqa: E402
 

@@ -9,6 +9,8 @@ import logging
 import os
 from typing import NamedTuple, Sequence
 
+from compclip_jax.errors import UserError
+
 SKIPPED_FILE = "skipped.jsonl"
 
 
@@ -30,7 +32,7 @@ class Rejected(NamedTuple):
     return f"{self.where}: {self.detail}"
 
 
-class TooManySkipped(RuntimeError):
+class TooManySkipped(UserError, RuntimeError):
   pass
 
 

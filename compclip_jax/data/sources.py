@@ -23,7 +23,7 @@ import msgpack
 import numpy as np
 from PIL import Image
 
-from compclip_jax import synthetic
+from compclip_jax.data import synthetic
 from compclip_jax.data.images import load_image, orientation
 from compclip_jax.data.negatives import Analysis, SpacyTagger, pos_pipeline_has_parser
 from compclip_jax.data.records import Rejected

@@ -14,7 +14,7 @@ import numpy as np
 from flax import nnx
 from PIL import Image
 
-from compclip_jax import sharding
+from compclip_jax.train import sharding
 from compclip_jax.data import pipeline as pl
 from compclip_jax.evaluators.tasks import ImageRef
 

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Callable
 
-from compclip_jax import synthetic
+from compclip_jax.data import synthetic
 from compclip_jax.evaluators import registry
 from compclip_jax.evaluators.encoding import Encoder
 

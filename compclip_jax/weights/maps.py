@@ -16,6 +16,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from compclip_jax.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class Transform:
@@ -37,7 +39,7 @@ class Rule:
   transform: Transform = KEEP
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError, ValueError):
   """A checkpoint that does not fit the model; the message lists every missing, unexpected and mis-shaped key."""
   def __init__(self, source: str, missing: list[str], unexpected: list[str], mismatched: list[str], hint: str = ""):
     self.missing, self.unexpected, self.mismatched = missing, unexpected, mismatched

@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from compclip_jax.errors import UserError
 from compclip_jax.models import clip_config
 from compclip_jax.weights import files, maps
 
@@ -24,7 +25,7 @@ from compclip_jax.weights import files, maps
 IGNORED = (r"input_resolution", r"context_length", r"vocab_size", r"attn_mask", r"visual\.attn_mask")
 
 
-class ArchitectureUnknownError(ValueError):
+class ArchitectureUnknownError(UserError, ValueError):
   """An open_clip state dict whose heads or activation are not recorded and cannot be known from its shapes."""
 
 

@@ -21,12 +21,12 @@ Trainable / frozen (configs/clic.py): the text side trains, the vision tower and
 """
 from __future__ import annotations
 
-from compclip_jax import losses
+from compclip_jax.methods import losses
 from compclip_jax.data import samples
 from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD
 from compclip_jax.methods import base
 from compclip_jax.methods import clip as clip_method
-from compclip_jax.models.read import clip_of
+from compclip_jax.methods.read.model import clip_of
 
 
 def needs_partner(opts: samples.SampleOptions) -> bool:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from compclip_jax.metrics import tag
+from compclip_jax.train.metrics import tag
 
 # (metric under eval/, label, chance in 0..1 or None) of the compositional panel; keys through `tag` when read
 COMPOSITION = (

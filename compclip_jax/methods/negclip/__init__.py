@@ -8,10 +8,10 @@
 """
 from __future__ import annotations
 
-from compclip_jax import losses
+from compclip_jax.methods import losses
 from compclip_jax.data import samples
 from compclip_jax.methods import base
-from compclip_jax.models.read import clip_of
+from compclip_jax.methods.read.model import clip_of
 
 
 def sample(rec, partner, rng, tagger, opts) -> dict:

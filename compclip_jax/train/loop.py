@@ -26,7 +26,14 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from compclip_jax import assets, checkpointing, loading, methods, optim, runinfo, sharding, steps
+from compclip_jax.errors import UserError
+from compclip_jax import assets, methods
+from compclip_jax.train import checkpointing
+from compclip_jax.weights import loading
+from compclip_jax.train import optim
+from compclip_jax.train import runinfo
+from compclip_jax.train import sharding
+from compclip_jax.train import steps
 from compclip_jax.data import pipeline as pl
 from compclip_jax.data import records, samples, sources
 from compclip_jax.data.images import Preprocess
@@ -35,17 +42,17 @@ from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 from compclip_jax.evaluators import run as evaluation
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.methods import Method
-from compclip_jax.metrics import MetricWriter
+from compclip_jax.train.metrics import MetricWriter
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import ATTENTION, CLIP, REMAT_POLICIES, DTypes
-from compclip_jax.models.read import READ_PROJ_INITS, READModel, clip_of, read_proj_init
+from compclip_jax.methods.read.model import READ_PROJ_INITS, READModel, clip_of, read_proj_init
 from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import params
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
   pass
 
 

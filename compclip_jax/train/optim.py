@@ -13,10 +13,11 @@ from typing import Iterable, Sequence
 import jax
 import optax
 
+from compclip_jax.errors import UserError
 from compclip_jax.weights.params import tree_path_str
 
 
-class RuleError(ValueError):
+class RuleError(UserError, ValueError):
   pass
 
 

@@ -19,7 +19,9 @@ import numpy as np
 
 
 class NonFiniteLoss(FloatingPointError):
-  """The loss, the gradient norm or the parameter norm is NaN/Inf: the state must not be checkpointed."""
+  """The loss, the gradient norm or the parameter norm is NaN/Inf: the state must not be checkpointed. The command
+  exits with `exit_code` 3 (the last good checkpoint is kept)."""
+  exit_code = 3
 
 
 GUARDED = ("loss", "grad_norm", "param_norm")  # checked before every checkpoint and at every log line

@@ -25,8 +25,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from compclip_jax.errors import UserError
 
-class Unrestorable(RuntimeError):
+
+class Unrestorable(UserError, RuntimeError):
   """Checkpoints exist but none restores (user error: the message names each step's reason and the ways out)."""
 
 

@@ -27,7 +27,7 @@ Alternation with CLIP steps as CLIC's (`clip_every`; the CLIP step is CLIC's "cl
 """
 from __future__ import annotations
 
-from compclip_jax import losses
+from compclip_jax.methods import losses
 from compclip_jax.methods import base, clic, read
 from compclip_jax.models.clip import l2_normalize
 

@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 
-from compclip_jax import losses
+from compclip_jax.methods import losses
 from compclip_jax.data import samples
 from compclip_jax.methods import base
 from compclip_jax.models.clip import l2_normalize

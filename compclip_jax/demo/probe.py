@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from compclip_jax import synthetic
+from compclip_jax.data import synthetic
 
 COLOURS, SHAPES = tuple(synthetic.COLORS), synthetic.SHAPES
 BINDINGS = tuple((c, s) for c in COLOURS for s in SHAPES)

@@ -35,8 +35,15 @@ from collections import Counter
 import jax
 import numpy as np
 
-from compclip_jax import config_files, demo_plots, demo_shipped as shipped, host_memory, methods, synthetic, train
-from compclip_jax.metrics import tag as metric_tag
+from compclip_jax import methods
+from compclip_jax.cli import config_files
+from compclip_jax.demo import plots as demo_plots
+from compclip_jax.demo import shipped
+from compclip_jax.cli import host_memory
+from compclip_jax.data import synthetic
+from compclip_jax.errors import UserError
+from compclip_jax.train import loop as train
+from compclip_jax.train.metrics import tag as metric_tag
 
 # (benchmark, metric, label) rows of the report
 REPORT_ROWS = ([("sugarcrepe", s, f"SugarCrepe {s}")
@@ -125,7 +132,7 @@ def new_text_tower(src: str, out: str, seed: int) -> str:
 
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
-  from compclip_jax import loading  # pylint: disable=import-outside-toplevel
+  from compclip_jax.weights import loading  # pylint: disable=import-outside-toplevel
   from compclip_jax.models.clip import CLIP  # pylint: disable=import-outside-toplevel
   from compclip_jax.weights import params  # pylint: disable=import-outside-toplevel
   cfg, flat, tok, pre, _ = loading.load_clip_params(src)
@@ -300,7 +307,7 @@ def demo_config(name: str):
     c.optim.trainable, c.optim.frozen = common.CLIP_TEXT + common.CLIP_VISION, ()
     return c
   if name not in config_files.names():
-    raise ValueError(f"no config named {name!r} (known: {', '.join(config_files.names())}, clip_all)")
+    raise UserError(f"no config named {name!r} (known: {', '.join(config_files.names())}, clip_all)")
   return config_files.load(name).get_config("demo")
 
 
@@ -385,7 +392,8 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   its frozen image and text embeddings (demo_probe; scenes cached in `<workdir>/probe`) and its bag-of-words gap
   (replace − swap, attributes and objects) on the held-out benchmarks of `seed` (`<workdir>/world/benchmarks`, the
   fine-tuning's files). Writes `<workdir>/diagnose.{json,md}`; returns the record."""
-  from compclip_jax import demo_probe, loading  # pylint: disable=import-outside-toplevel
+  from compclip_jax.demo import probe as demo_probe  # pylint: disable=import-outside-toplevel
+  from compclip_jax.weights import loading
   from compclip_jax.evaluators import run as evaluators  # pylint: disable=import-outside-toplevel
   from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
   from compclip_jax.evaluators.tasks import ImageRef  # pylint: disable=import-outside-toplevel
@@ -461,11 +469,11 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
   return dict(counts)
 
 
-def _override(c, assignment: str) -> None:
+def override(c, assignment: str) -> None:
   """Applies `KEY=VALUE` (dotted KEY, VALUE a Python literal or else a string) to the config `c`."""
   key, sep, text = assignment.partition("=")
   if not sep:
-    raise ValueError(f"--config.{assignment}: expected --config.KEY=VALUE")
+    raise UserError(f"--config.{assignment}: expected --config.KEY=VALUE")
   try:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
@@ -473,111 +481,9 @@ def _override(c, assignment: str) -> None:
   *path, leaf = key.split(".")
   node = c
   for part in path:
+    if part not in node:
+      raise UserError(f"--config.{key}: no such config key")
     node = node[part]
   if leaf not in node:
-    raise ValueError(f"--config.{key}: no such config key")
+    raise UserError(f"--config.{key}: no such config key")
   node[leaf] = value
-
-
-def main(argv=None) -> None:
-  import argparse  # pylint: disable=import-outside-toplevel
-  ap = argparse.ArgumentParser(
-      description="The synthetic-world demo: one method (--method) or a seed sweep of several (--methods, --seeds) "
-      "with mean ± std summaries. --config.KEY=VALUE overrides the fine-tuning config (configs/<method>.py:demo).")
-  ap.add_argument("--workdir", required=True)
-  ap.add_argument("--method", help="one demo: clic, read, negclip, clip, clic_read (or clip_all); default: a sweep")
-  ap.add_argument("--seed", type=int, default=0, help="with --method: the seed of the world, pretraining and run")
-  ap.add_argument(
-      "--no_control", action="store_true",
-      help="with --method: do not also run the method's control (plain contrastive fine-tuning of what "
-      "it trains, same data and steps), drawn beside it in report_<method>.png")
-  ap.add_argument(
-      "--methods", default=",".join(SWEEP_METHODS),
-      help="sweep: comma-separated methods, and the controls clip (plain contrastive fine-tuning of the "
-      "text side) and clip_all (of all of CLIP)")
-  ap.add_argument("--seeds", default="0,1,2", help="sweep: comma-separated integers")
-  parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "float": float, "str": str}
-  for f in dataclasses.fields(DemoOptions):  # annotations are strings here (from __future__ import annotations)
-    flag = {"nargs": "?", "const": True} if f.type == "bool" else {}  # --from_scratch alone means true
-    ap.add_argument(f"--{f.name}", type=parse[f.type], default=f.default, **flag,
-                    help=f"DemoOptions.{f.name} (default {f.default})")
-  ap.add_argument(
-      "--pretrain", metavar="DIR",
-      help="instead: pretrain the demo's starting point from scratch in --workdir (seed --seed; the "
-      "stage flags below) and write it to DIR in the layout of compclip_jax/assets/demo_pretrained")
-  ap.add_argument(
-      "--diagnose", nargs="?", const="shipped", metavar="CLIP_DIR",
-      help="instead: the probes and bag-of-words gap of a CLIP (default: the shipped starting point; or "
-      "an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's held-out scenes")
-  ap.add_argument("--negative_kinds", action="store_true",
-                  help="instead: count what CLIC's hard negatives swap on <workdir>/world's captions, and exit")
-  a, rest = ap.parse_known_args(argv)
-  overrides = [r[len("--config."):] for r in rest if r.startswith("--config.")]
-  if len(overrides) != len(rest):
-    ap.error(f"unrecognized arguments: {' '.join(r for r in rest if not r.startswith('--config.'))}")
-  opts = DemoOptions(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DemoOptions)})
-  if a.negative_kinds:
-    rows = os.path.join(a.workdir, "world", "clic_rows.csv")
-    if not os.path.exists(rows):
-      ap.error(f"{rows} not found: --negative_kinds reads the world a demo wrote; run the demo in {a.workdir} first")
-    counts = clic_negative_kinds(rows)
-    total = sum(counts.values())
-    for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]):
-      print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
-    return
-  logging.getLogger().setLevel(logging.WARNING)
-  try:
-    host_memory.keep_freed_memory()  # before the first jax computation (docs/performance.md, "Host memory")
-  except host_memory.HostMallocError as e:
-    ap.error(str(e))
-  checked = None  # the shipped (CLIP, T5) directories, once their hashes are checked
-  if (a.diagnose == "shipped" or not (a.diagnose or a.pretrain or opts.from_scratch)):
-    try:  # a changed or missing shipped model: say which file and what to do, exit 2
-      checked = shipped.check()
-    except (ValueError, FileNotFoundError) as e:
-      ap.error(str(e))
-  if a.diagnose:
-    clip_dir = checked[0] if a.diagnose == "shipped" else a.diagnose
-    if not os.path.isdir(clip_dir):
-      ap.error(f"--diagnose {clip_dir}: not a directory (an HF CLIP directory, or no value: the shipped model)")
-    try:
-      from compclip_jax import loading  # pylint: disable=import-outside-toplevel
-      loading.read_checkpoint(clip_dir)  # read once more by diagnose (a tiny model): a clear error before any work
-    except (ValueError, FileNotFoundError, OSError) as e:
-      ap.error(f"--diagnose {clip_dir}: not a CLIP checkpoint this project reads ({e})")
-    diagnose(clip_dir, a.workdir, a.seed)
-    return
-  if a.pretrain:
-    c = demo_config("clic")
-    c.seed = a.seed
-    try:
-      for o in overrides:
-        _override(c, o)
-    except (ValueError, KeyError, TypeError) as e:
-      ap.error(str(e))
-    write_pretrained(c, a.workdir, a.pretrain, dataclasses.replace(opts, from_scratch=True))
-    return
-  if a.method:
-    try:
-      c = demo_config(a.method)
-      c.seed = a.seed
-      for o in overrides:
-        _override(c, o)
-    except (ValueError, KeyError, TypeError) as e:
-      ap.error(str(e))
-    if a.no_control:
-      run(c, a.workdir, a.method, opts)
-    else:
-      run_with_control(c, a.workdir, a.method, opts, tuple(overrides))
-    return
-  if overrides:
-    ap.error("--config.KEY=VALUE applies to one demo (--method), not to a sweep")
-  names = [m for m in a.methods.split(",") if m]
-  bad = [m for m in names if m not in SWEEP_METHODS]
-  if bad:
-    ap.error(f"unknown method(s) {bad}: use {', '.join(SWEEP_METHODS)}")
-  sweep(names, [int(s) for s in a.seeds.split(",")], a.workdir, opts)
-
-
-if __name__ == "__main__":
-  main()

@@ -23,6 +23,8 @@ import ctypes
 import os
 import sys
 
+from compclip_jax.errors import UserError
+
 ENV = "COMPCLIP_HOST_MALLOC"
 CHOICES = ("default", "keep")
 # glibc's mallopt parameter numbers (malloc.h)
@@ -30,7 +32,7 @@ M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX, M_ARENA_MAX = -1, -2, -4, -8
 TOP_PAD = 256 << 20  # the heap grows in steps of at least this (without it: ~1,500 faults a step in the test)
 
 
-class HostMallocError(ValueError):
+class HostMallocError(UserError, ValueError):
   """An unknown COMPCLIP_HOST_MALLOC value."""
 
 

@@ -4,9 +4,10 @@
   and everybody's warnings; absl, orbax, jax and XLA INFO lines (the libtpu "Unable to initialize backend" line too)
   stay off, and the C++ runtimes' INFO logs are silenced through their environment variables (call it before the
   first jax computation).
-- `guard(main)`: wraps an absl `main(argv)`. A user error — a `compclip_jax` exception named in `USER_ERRORS`, or a
-  read-only / permission-denied file — prints one message on stderr and exits 2; an exception with an `exit_code`
-  attribute (training's signal stop: 130 for SIGINT, 143 for SIGTERM) prints its message and exits with that code.
+- `guard(main)`: wraps an absl `main(argv)`. A user error — `compclip_jax.errors.UserError` (any subclass), or a
+  read-only / permission-denied / missing file — prints one message on stderr and exits 2; another exception with an
+  integer `exit_code` (training's signal stop: 130 for SIGINT, 143 for SIGTERM; a diverged loss: 3) prints its
+  message and exits with that code.
   COMPCLIP_TRACEBACK=1 in the environment lets every exception through with its traceback.
 
 Usage in an entry point: `app.run(cli.guard(main))`, and `cli.quiet_logging(cli.verbosity_given())` first in main.
@@ -19,12 +20,10 @@ import logging
 import os
 import sys
 
-EXIT_USER_ERROR = 2
+from compclip_jax.errors import EXIT_USER_ERROR, UserError
+
 EXIT_DIVERGED = 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
-# Exception class names (in compclip_jax modules) whose message is the whole story: no traceback needed.
-USER_ERRORS = ("ConfigError", "CheckpointMismatchError", "RuleError", "TooManySkipped", "RunMismatch", "WorkdirBusy",
-               "WorkdirError", "Unrestorable", "ArchitectureUnknownError", "PrepareError", "HostMallocError")
 # A missing or unreadable input file is the user's to fix too (the message names it).
 USER_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -61,14 +60,8 @@ def quiet_logging(verbose: bool) -> None:
 def exit_code(e: BaseException) -> int | None:
   """The exit code `guard` gives `e`, or None for an exception that deserves its traceback."""
   code = getattr(e, "exit_code", None)
-  if isinstance(code, int):
+  if isinstance(e, UserError) or isinstance(code, int):
     return code
-  for klass in type(e).__mro__:
-    if klass.__module__.startswith("compclip_jax"):
-      if klass.__name__ in USER_ERRORS:
-        return EXIT_USER_ERROR
-      if klass.__name__ == "NonFiniteLoss":
-        return EXIT_DIVERGED
   if isinstance(e, OSError) and e.errno in USER_ERRNOS or type(e) is FileNotFoundError:
     return EXIT_USER_ERROR
   return None

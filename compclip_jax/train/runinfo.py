@@ -20,6 +20,8 @@ import os
 import socket
 import time
 
+from compclip_jax.errors import UserError
+
 RUN_FILE, CONFIG_FILE, LOCK_FILE = "run.json", "config.json", "lock.json"
 FORMAT = 1
 # Config values that do not change what is trained (logging, evaluation, checkpoint cadence, export, layout, speed):
@@ -45,15 +47,15 @@ KERNEL_LAYOUT = "out_in"  # dense kernels as torch stores them (compclip_jax/mod
 STALE_S = 15 * 60  # a lock from another host whose heartbeat is older than this is abandoned
 
 
-class RunMismatch(ValueError):
+class RunMismatch(UserError, ValueError):
   """The workdir holds another run (user error: the message lists the differences and the ways out)."""
 
 
-class WorkdirBusy(RuntimeError):
+class WorkdirBusy(UserError, RuntimeError):
   """Another live process trains in this workdir."""
 
 
-class WorkdirError(ValueError):
+class WorkdirError(UserError, ValueError):
   """The workdir cannot be used: not writable, or it holds results no recorded run wrote."""
 
 

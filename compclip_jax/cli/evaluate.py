@@ -1,0 +1,77 @@
+"""Evaluate a CLIP checkpoint on the compositional benchmarks, retrieval and zero-shot classification (the flags and
+`main`; the library is `compclip_jax.evaluators.run`, which the trainer and the notebooks use).
+
+  python -m compclip_jax.evaluate --model=PATH --benchmark=sugarcrepe,sugarcrepe_pp --data_dir=DIR --image_dir=DIR \
+      --output=OUT_DIR [--tie=strict|lenient]
+
+`--data_dir` holds one folder per benchmark (`sugarcrepe/*.json`, `valse/*.json`, `aro/…`, `retrieval/…`);
+images are looked up as `<image_dir>/<benchmark>/<file>` then `<image_dir>/<file>`. `--benchmark=all` runs every
+benchmark whose files exist and says which were skipped and why. `OUT_DIR` receives clip_benchmark's files — one JSON
+object per dataset named `{dataset}_{pretrained}_{model}_{language}_{task}.json`, with its dataset names and metric
+keys where it has the dataset (`sugar_crepe/swap_att` … with `acc`), so `clip_benchmark build OUT_DIR` reads them —
+plus `results.md`, the combined table (also printed), and `skipped.jsonl` (`compclip_jax.evaluators.output`). An
+`--output` ending in `.json` (the older form) names the folder without the suffix.
+"""
+from __future__ import annotations
+
+import os
+
+from absl import app, flags
+
+from compclip_jax.cli import app as cli
+from compclip_jax.cli import host_memory
+from compclip_jax.evaluators import output, registry, scorers
+from compclip_jax.evaluators.encoding import Encoder
+from compclip_jax.evaluators.run import run_benchmarks
+
+_MODEL = flags.DEFINE_string("model", None, "Checkpoint load_clip reads (HF dir, open_clip file, compclip dir).")
+_BENCH = flags.DEFINE_list(
+    "benchmark", ["all"], f"Comma list of {sorted(registry.BENCHMARKS)}, "
+    f"{registry.ZEROSHOT_PREFIX}<dataset>, or all.")
+_DATA = flags.DEFINE_string("data_dir", None, "Folder of benchmark annotation folders.")
+_IMAGES = flags.DEFINE_string("image_dir", None, "Folder of images.")
+_OUTPUT = flags.DEFINE_string("output", None, "Output folder: clip_benchmark JSON files + results.md.")
+_TIE = flags.DEFINE_enum("tie", "strict", list(scorers.TIES), "A tie counts as wrong (strict) or right (lenient).")
+_BATCH = flags.DEFINE_integer("batch_size", 256, "Encoding batch size.")
+_MODEL_NAME = flags.DEFINE_string(
+    "model_name", None, "open_clip model name for state dicts (e.g. ViT-B-32-quickgelu); "
+    "also the `model` of the clip_benchmark records.")
+_LABEL = flags.DEFINE_string(
+    "model_label", None, "`model` in the clip_benchmark records (default: --model_name, else "
+    "the checkpoint folder's name).")
+_ACT = flags.DEFINE_enum("activation", None, ["quick_gelu", "gelu"], "Activation of an open_clip state dict.")
+_CACHE = flags.DEFINE_string(
+    "cache_dir", None, "Where generated ARO order negatives are kept (default: beside "
+    "the annotations, else ~/.cache/compclip_jax).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated ARO order negatives.")
+
+
+def main(argv):
+  del argv
+  for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
+    if not flag.value:
+      raise app.UsageError(f"--{flag.name} is required")
+  cli.quiet_logging(cli.verbosity_given())
+  host_memory.keep_freed_memory()
+  names, skipped = registry.resolve(_BENCH.value, _DATA.value, _IMAGES.value)
+  for n, why in skipped.items():
+    print(f"skipped {n}: {why}")
+  from compclip_jax.weights.loading import load_clip  # pylint: disable=import-outside-toplevel
+  model, tokenizer, preprocess = load_clip(_MODEL.value, model_name=_MODEL_NAME.value, activation=_ACT.value)
+  if tokenizer is None:
+    raise app.UsageError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary")
+  results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value, _IMAGES.value, _TIE.value,
+                           _CACHE.value, _SEED.value)
+  print(output.markdown(results))
+  out_dir = _OUTPUT.value[:-len(".json")] if _OUTPUT.value.endswith(".json") else _OUTPUT.value
+  label = _LABEL.value or _MODEL_NAME.value or os.path.basename(os.path.abspath(_MODEL.value))
+  written = output.write(out_dir, results, label, _MODEL.value, _TIE.value, skipped)
+  print(f"wrote {len(written)} files to {out_dir} (clip_benchmark's JSON per dataset, {output.TABLE})")
+
+
+def run() -> None:
+  app.run(cli.guard(main))
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,74 @@
+"""python -m compclip_jax.prepare: the prepared training format (compclip_jax/data/prepare.py says what it holds).
+
+  python -m compclip_jax.prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
+  python -m compclip_jax.prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+from compclip_jax.cli import app as cli
+from compclip_jax.data.prepare import prepare
+from compclip_jax.data.sources import CocoSource, CsvSource, read_paraphrases
+
+_CSV = flags.DEFINE_string("csv", None, "CLIC rows: header-less CSV image_path, sentence_1, …")
+_COCO = flags.DEFINE_string("coco_json", None, "Karpathy-style COCO caption JSON.")
+_SPLITS = flags.DEFINE_list("splits", ["train"], "COCO splits to keep (READ's reference: Karpathy train only).")
+_PARA = flags.DEFINE_string("paraphrases", None, "Optional JSON {cocoid: [paraphrases]} (READ).")
+_ROOT = flags.DEFINE_string("image_root", None, "Directory the image paths are relative to.")
+_OUT = flags.DEFINE_string("out", None, "Output directory.")
+_SIZE = flags.DEFINE_integer("image_size", 224, "Model input size.")
+_SHARD = flags.DEFINE_integer("shard_size", 2000, "Records per ArrayRecord shard.")
+_WORKERS = flags.DEFINE_integer("workers", max(1, (os.cpu_count() or 2) - 1), "Parallel worker processes.")
+_FORMAT = flags.DEFINE_enum("image_format", "PNG", ["PNG", "JPEG"], "PNG is lossless (bit-exact pixels); JPEG "
+                            "(q95) is smaller.")
+_ALPHA = flags.DEFINE_bool(
+    "alpha_premultiplied_resize", None, "Resize images with transparency with their alpha "
+    "(PIL premultiplies; data.alpha_premultiplied_resize). Default: on for --csv (CLIC "
+    "reference), off for --coco_json (READ's reference drops alpha first).")
+_ANY_FORMAT = flags.DEFINE_bool(
+    "any_image_format", False, "--csv: keep rows whose image path does not end in "
+    ".png/.jpg/.jpeg (the reference skips them; data.any_image_format).")
+_REBUILD = flags.DEFINE_bool(
+    "rebuild", False, "--out holds a prepared dataset of other inputs or options: delete "
+    "the files prepare wrote there and start again.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if bool(_CSV.value) == bool(_COCO.value):
+    raise app.UsageError("give exactly one of --csv or --coco_json")
+  if not (_ROOT.value and _OUT.value):
+    raise app.UsageError("--image_root and --out are required")
+  try:
+    if _CSV.value:
+      source = CsvSource(_CSV.value, _ROOT.value, any_image_format=_ANY_FORMAT.value)
+      inputs, options = (), {"any_image_format": _ANY_FORMAT.value}
+    else:
+      paras = read_paraphrases(_PARA.value) if _PARA.value else None
+      source = CocoSource(_COCO.value, _ROOT.value, _SPLITS.value, paras)
+      inputs, options = ([_PARA.value] if _PARA.value else []), {"splits": list(_SPLITS.value)}
+    alpha = _ALPHA.value if _ALPHA.value is not None else bool(_CSV.value)
+    meta = prepare(source, _OUT.value, _SIZE.value, _SHARD.value, _WORKERS.value, _FORMAT.value,
+                   alpha_premultiplied_resize=alpha, rebuild=_REBUILD.value, inputs=inputs, options=options)
+  except (ValueError, OSError) as e:  # user errors: bad flags, unreadable inputs, a mismatching --out
+    if os.environ.get("COMPCLIP_TRACEBACK"):
+      raise
+    print(f"prepare: error: {' '.join(str(e).split())}", file=sys.stderr)
+    sys.exit(cli.EXIT_USER_ERROR)
+  print(f"wrote {meta['records']:,} records in {len(meta['shards'])} shards to {_OUT.value}")
+  if meta["skipped"]:
+    print("skipped: " + ", ".join(f"{r} {n}" for r, n in sorted(meta["skipped"].items())) +
+          f" (details: {os.path.join(_OUT.value, 'skipped.jsonl')})")
+
+
+def run() -> None:
+  app.run(cli.guard(main))  # the package's other user errors (e.g. TooManySkipped) the same way
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,25 @@
+"""python -m compclip_jax.synthetic --t5_tokenizer=OUT.model: trains the SentencePiece model of the synthetic world's
+fixed vocabulary (what compclip_jax/assets/synthetic_spiece.model is; compclip_jax/data/synthetic.py)."""
+from __future__ import annotations
+
+from absl import app, flags
+
+from compclip_jax.cli import app as cli
+from compclip_jax.data import synthetic
+
+_T5_TOKENIZER = flags.DEFINE_string("t5_tokenizer", None, "Write the random T5 decoder's SentencePiece model, trained "
+                                    "on the world's fixed vocabulary, to this .model file.", required=True)
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  print(synthetic.train_t5_tokenizer(_T5_TOKENIZER.value))
+
+
+def run() -> None:
+  app.run(cli.guard(main))
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,13 @@
+"""The one exception a user's mistake raises: library code raises `UserError` (or a subclass that names the kind of
+mistake), and the command line (compclip_jax/cli/app.py, `guard`) prints its message as one line and exits with its
+`exit_code` — no traceback, nothing matched by class name."""
+from __future__ import annotations
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+  """A mistake the user can fix: the message says what is wrong, where (file, key, row) and what to do."""
+  def __init__(self, message: str, exit_code: int = EXIT_USER_ERROR):
+    super().__init__(message)
+    self.exit_code = exit_code

@@ -1,0 +1,230 @@
+"""The public model API: `load_clip` and `save_clip` over every format we read and write (DESIGN §2).
+
+Formats: an HF CLIP directory; an open_clip state dict file (or a directory holding `open_clip_model.safetensors`);
+our own `compclip` directory (`compclip.json` + `model.safetensors` in our parameter names, dtypes kept).
+Nothing is ever downloaded, and nothing is unpickled unsafely.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import shutil
+import types
+from typing import Callable, Mapping
+
+import numpy as np
+from flax import nnx
+
+from compclip_jax.data.images import Preprocess
+from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, T5Tokenizer
+from compclip_jax.models import clip_config
+from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
+from compclip_jax.models.t5 import T5Config, T5Decoder
+from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, params
+
+FORMATS = ("hf", "open_clip", "compclip")
+COMPCLIP_META = "compclip.json"
+COMPCLIP_VERSION = 2  # 2: dense kernels [out, in]; 1: [in, out]
+OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+
+
+def detect_format(path: str) -> str:
+  """'hf' | 'open_clip' | 'compclip' for a local path, with an error that says what was expected."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist (load_clip never downloads: pass a local directory or file)")
+  if os.path.isdir(path):
+    if os.path.exists(os.path.join(path, COMPCLIP_META)):
+      return "compclip"
+    if any(os.path.exists(os.path.join(path, f)) for f in OPEN_CLIP_FILES):
+      return "open_clip"
+    if os.path.exists(os.path.join(path, "config.json")):
+      return "hf"
+    raise ValueError(f"{path}: not a CLIP checkpoint directory (expected config.json + model.safetensors (HF), "
+                     f"{COMPCLIP_META} (compclip) or {' / '.join(OPEN_CLIP_FILES)} (open_clip))")
+  return "open_clip"
+
+
+def _open_clip_file(path: str) -> str:
+  if os.path.isdir(path):
+    return next(os.path.join(path, f) for f in OPEN_CLIP_FILES if os.path.exists(os.path.join(path, f)))
+  return path
+
+
+def read_checkpoint(path: str, model_name: str | None = None,
+                    activation: str | None = None) -> tuple[str, clip_config.CLIPConfig, maps.RawCheckpoint]:
+  """(format, config, tensors + name map) of any supported checkpoint; nothing is mapped or built yet."""
+  fmt = detect_format(path)
+  if fmt == "hf":
+    return (fmt, *hf.read_clip_dir(path))
+  if fmt == "open_clip":
+    return (fmt, *open_clip.read(_open_clip_file(path), model_name, activation))
+  meta = hf.read_json(os.path.join(path, COMPCLIP_META))
+  version = meta.get("version")
+  if version not in (1, COMPCLIP_VERSION):
+    raise ValueError(f"{os.path.join(path, COMPCLIP_META)}: compclip format version {version!r}, this code reads 1 "
+                     f"and {COMPCLIP_VERSION} (written by a newer compclip_jax? upgrade it)")
+  tensors = files.read_safetensors(os.path.join(path, "model.safetensors"))
+  return fmt, _config_from_dict(meta["clip"]), maps.RawCheckpoint(path, tensors,
+                                                                  functools.partial(_compclip_rules, version))
+
+
+def _compclip_rules(version: int, paths) -> list[maps.Rule]:
+  """Our names as they are; version 1 (before 2026-12) stored dense kernels [in, out], the current layout is
+  [out, in] (compclip_jax/models/layers.py), so a version-1 file's 2-D kernels are transposed as they are read."""
+  conv = "vision_model.embeddings.patch_embedding.kernel"
+  old = lambda k: version == 1 and k.endswith(".kernel") and k != conv
+  return [maps.Rule((k,), k, maps.TRANSPOSE if old(k) else maps.KEEP) for k in paths]
+
+
+def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
+  return clip_config.CLIPConfig(text=clip_config.TextConfig(**d["text"]),
+                                vision=clip_config.VisionConfig(**d["vision"]), embed_dim=d["embed_dim"],
+                                logit_scale_init=d["logit_scale_init"])
+
+
+def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPTokenizer | None:
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  if CLIPTokenizer.has_files(directory):
+    return CLIPTokenizer.from_dir(directory, cfg.text.context_length)
+  if cfg.text.vocab_size != 49408:
+    logging.warning(
+        "%s: vocab size %d is not OpenAI's 49408 and no tokenizer files (tokenizer.json or vocab.json + "
+        "merges.txt) are beside the weights; returning no tokenizer", path, cfg.text.vocab_size)
+    return None
+  # open_clip pads with 0; HF pads with its pad token. Either way pooling finds the first EOT (METHODS §4).
+  return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
+
+
+@functools.lru_cache(maxsize=8)
+def _shape_only_template(cfg: clip_config.CLIPConfig, text_dtypes: DTypes, vision_dtypes: DTypes,
+                         remat_text: bool) -> tuple[nnx.GraphDef, nnx.State, Mapping[str, tuple[int, ...]]]:
+  """(graphdef, shape-only state, {param path: shape}) of `CLIP(cfg, …)`, built from the config (no tracing, no
+  random init) once per architecture and dtypes in a process. Constructing the 24 NNX layers of a ViT-B/32 costs
+  0.15–0.3 s of Python bookkeeping, about what copying its weights costs; merging a copy of the template ~25 ms. The
+  cache holds only ShapeDtypeStructs and immutable graph definitions; every model merged from it has its own
+  Variables."""
+  model = CLIP(cfg, rngs=ShapeOnlyRngs(), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes, remat_text=remat_text)
+  return (*nnx.split(model), types.MappingProxyType(params.shapes(model)))  # read-only: shared by every load
+
+
+def load_clip_params(path: str, model_name: str | None = None, activation: str | None = None,
+                     abstract_model: Callable[[clip_config.CLIPConfig], CLIP] | None = None):
+  """(config, our flat params as numpy, tokenizer, preprocess) of a checkpoint, nothing on a device yet.
+
+  `abstract_model(cfg)` builds the abstract model whose shapes the checkpoint must fit (default: fp32 CLIP).
+  """
+  fmt, cfg, raw = read_checkpoint(path, model_name, activation)
+  make = abstract_model or (lambda c: CLIP(c, rngs=ShapeOnlyRngs()))
+  abstract = make(cfg)
+  flat = raw.to_ours(params.shapes(abstract))
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  return cfg, flat, _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size), abstract
+
+
+def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
+              text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
+              remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer | None, Preprocess]:
+  """(model, tokenizer, preprocess) from an HF directory, an open_clip file, or a compclip directory.
+
+  `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
+  is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
+  """
+  fmt, cfg, raw = read_checkpoint(path, model_name, activation)
+  graphdef, state, shapes = _shape_only_template(cfg, text_dtypes, vision_dtypes, remat_text)
+  model = nnx.merge(graphdef, state, copy=True)
+  flat = raw.to_ours(shapes)  # the file's arrays (views: q/k/v splits); every mismatch reported at once
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  tokenizer, preprocess = _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+  # One device_put copies the file's bytes (mapped, in our [out, in] layout already) onto the device.
+  return params.fill_in_place(model, flat), tokenizer, preprocess
+
+
+def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIPTokenizer | None = None,
+              preprocess: Preprocess | None = None) -> list[str]:
+  """Writes `model` as 'hf' (a directory), 'open_clip' (a .safetensors file, or a directory) or 'compclip'.
+
+  With `tokenizer`, 'hf' and 'compclip' directories get its files: copied when it came from files, else written from
+  the built-in BPE (vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json), so `CLIPProcessor.
+  from_pretrained(out_path)` works. `preprocessor_config.json` is written for 'hf' and 'compclip' (the one that was
+  read, when `preprocess` came from one). Returns the paths written. torch is not needed.
+  """
+  if format not in FORMATS:
+    raise ValueError(f"format {format!r}: use one of {FORMATS}")
+  cfg, flat = model.cfg, params.flat_params(model)
+  preprocess = preprocess or Preprocess(size=cfg.vision.image_size)
+  if format == "open_clip":
+    open_clip.exportable(cfg)  # before anything is written
+    target = os.path.join(out_path, OPEN_CLIP_FILES[0]) if not out_path.endswith(".safetensors") else out_path
+    directory = os.path.dirname(os.path.abspath(target))
+    os.makedirs(directory, exist_ok=True)
+    files.write_safetensors(open_clip.export(cfg, flat), target)
+    side = os.path.join(directory, "open_clip_config.json")
+    with open(side, "w") as f:
+      json.dump(
+          {
+              **open_clip.open_clip_config(cfg), "preprocess_cfg":
+                  {"mean": list(preprocess.mean), "std": list(preprocess.std)}
+          }, f, indent=2)
+    written = [target, side]
+  else:
+    directory = out_path
+    os.makedirs(directory, exist_ok=True)
+    if format == "hf":
+      written = [os.path.join(directory, f) for f in hf.save_clip_dir(cfg, flat, directory)]
+    else:
+      files.write_safetensors(flat, os.path.join(directory, "model.safetensors"), {"format": "compclip"})
+      with open(os.path.join(directory, COMPCLIP_META), "w") as f:
+        json.dump({"format": "compclip", "version": COMPCLIP_VERSION, "clip": dataclasses.asdict(cfg)}, f, indent=2)
+      written = [os.path.join(directory, f) for f in ("model.safetensors", COMPCLIP_META)]
+    with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:
+      json.dump(preprocess.to_hf_dict(), f, indent=2)
+    written.append(os.path.join(directory, "preprocessor_config.json"))
+  if tokenizer is not None and tokenizer.source_dir:
+    for name in CLIP_TOKENIZER_FILES:
+      src = os.path.join(tokenizer.source_dir, name)
+      if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(os.path.join(directory, name)):
+        shutil.copyfile(src, os.path.join(directory, name))
+        written.append(os.path.join(directory, name))
+  elif tokenizer is not None and format != "open_clip":  # open_clip brings its own tokenizer
+    merges = _builtin_merges(tokenizer)
+    if merges is not None:
+      written += [
+          os.path.join(directory, f)
+          for f in hf_tokenizer.write_files(directory, merges, tokenizer.context_length, tokenizer.pad_id)
+      ]
+  return written
+
+
+def _builtin_merges(tokenizer: CLIPTokenizer) -> list[str] | None:
+  """The BPE merges of a built-in (instant-clip-tokenizer) tokenizer, to write as transformers' files."""
+  name, *args = getattr(tokenizer, "_recipe", ()) or (None,)
+  if name == "default":
+    return hf_tokenizer.read_merges(hf_tokenizer.STANDARD_MERGES, 49408)
+  if name == "from_openai_vocab":
+    return hf_tokenizer.read_merges(args[0], args[1])
+  logging.warning("tokenizer backend %r: no tokenizer files written", tokenizer.backend)
+  return None
+
+
+def load_t5_decoder_params(directory: str, dtypes: DTypes = DTypes(),
+                           tokenizer: str | None = None) -> tuple[T5Config, dict[str, np.ndarray], T5Tokenizer | None]:
+  """(config, our flat params as numpy, tokenizer) of the frozen READ decoder in an HF T5 v1.1 directory (decoder,
+  shared embedding, lm_head; the encoder is read past), nothing on a device yet (METHODS §2.1).
+
+  `tokenizer`: a `spiece.model` path, which must exist; by default the directory's own `spiece.model`, and None
+  where it has none. `dtypes` are those of the decoder the params will fill (they do not change its shapes).
+  """
+  cfg, raw = hf.read_t5_dir(directory)
+  flat = raw.to_ours(params.shapes(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)))))
+  spiece = tokenizer or os.path.join(directory, "spiece.model")
+  return cfg, flat, (T5Tokenizer(spiece) if tokenizer or os.path.exists(spiece) else None)
+
+
+def load_t5_decoder(directory: str, dtypes: DTypes = DTypes(),
+                    tokenizer: str | None = None) -> tuple[T5Decoder, T5Tokenizer | None]:
+  """The frozen READ decoder (on the device) and its tokenizer, from `load_t5_decoder_params`."""
+  cfg, flat, tok = load_t5_decoder_params(directory, dtypes, tokenizer)
+  return params.fill(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0))), flat), tok
