@@ -1,4 +1,4 @@
-"""CLIC + READ's objectives — ours (compclip_jax/methods/clic_read.py): no public code combines them. CLIC's samples,
+"""CLIC + READ's objectives — ours (compclip_jax/methods/clic_read/): no public code combines them. CLIC's samples,
 its alternation with CLIP steps and its loss (METHODS §1), plus READ's token reconstruction and paraphrase alignment
 (METHODS §2.3) on CLIC's positives; READ's paper presents those two objectives as a plug-in for other methods.
 
@@ -12,17 +12,15 @@ its alternation with CLIP steps and its loss (METHODS §1), plus READ's token re
 - Trainable: CLIC's text side + W; frozen: the vision tower and the T5 decoder. CLIC's optimiser and schedule.
 
   python -m compclip_jax.main --config=configs/clic_read.py --workdir=DIR --config.model.init=PATH \\
-      --config.t5.init=T5_V1_1_LARGE_DIR --config.data.source=csv --config.data.path=rows.csv \\
+      --config.read.t5.init=T5_V1_1_LARGE_DIR --config.data.source=csv --config.data.path=rows.csv \\
       --config.data.image_root=IMAGES
   python -m compclip_jax.main --config=configs/clic_read.py:runlocal --workdir=/tmp/clic_read   # tiny, generated
 """
-from configs import clic, common
+from compclip_jax.methods import clic_read
+from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = clic.get_config()  # CLIC's recipe: data, batch, alternation, optimiser and schedule
-  c.method = "clic_read"
-  # READ's model wraps CLIP (`clip.` prefix) with W (`proj`) and the decoder (`decoder.`)
-  c.optim.trainable = tuple(rf"clip\.{r}" for r in common.CLIP_TEXT) + (r"proj\.kernel",)
-  c.optim.frozen = tuple(rf"clip\.{r}" for r in common.CLIP_VISION) + (r"decoder\..*",)
-  return common.with_arg(c, arg, "clic_read")
+  c = config.base(clic_read.METHOD)  # sections clic and read
+  clic_read.recipe(c)  # CLIC's recipe; CLIC's text side + W train
+  return config.with_arg(c, arg, clic_read.METHOD)

@@ -1,10 +1,9 @@
 """Plain CLIP fine-tuning with the symmetric InfoNCE loss (the CLIP step of METHODS §1.4 on its own)."""
-from configs import common
+from compclip_jax.methods import clip
+from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = common.base()
-  c.method = "clip"
+  c = config.base(clip.METHOD)
   c.data.source = "coco"
-  c.clip_every = 0
-  return common.with_arg(c, arg, "clip")
+  return config.with_arg(c, arg, clip.METHOD)

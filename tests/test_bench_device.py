@@ -12,7 +12,7 @@ from compclip_jax.cli import bench_device
 @pytest.fixture(scope="module")
 def smoke():
   buf = io.StringIO()
-  rows = bench_device.run(smoke=True, n_steps=2, warmup=1, out=buf)
+  rows = bench_device.benchmark(smoke=True, n_steps=2, warmup=1, out=buf)
   return rows, buf.getvalue()
 
 
@@ -93,27 +93,21 @@ def test_precision_policy_bf16_compute_keeps_fp32_state_and_a_close_loss():
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from compclip_jax import methods
-  from compclip_jax.train import optim
-  from compclip_jax.train import steps
-  from compclip_jax.models import clip_config
+  from compclip_jax.train import sharding
 
-  p = bench_device.Point("clic", "tiny", clip_config.tiny(), 8)
+  p = bench_device.Point("clic", "tiny", "tiny", 8)
   batch = bench_device.host_batch(p, np.random.default_rng(0))
   out = {}
+  mesh = sharding.make_mesh(data=-1, fsdp=1)
   for dtype in (jnp.float32, jnp.bfloat16):
-    graphdef, trainable, frozen = bench_device.build(p, dtype, dtype, "explicit", False)
+    # the step training builds (train/state.py), from CLIC's config at these dtypes
+    step, st = bench_device.step_of(p, dtype, dtype, "explicit", False, mesh, abstract=False)
+    frozen = st.frozen
     from flax import nnx
-    model = nnx.merge(graphdef, trainable, frozen)  # both towers compute in `dtype`
+    model = nnx.merge(st.graphdef, st.state.trainable, frozen)  # both towers compute in `dtype`
     assert model.text_model(batch["ids"][:, 0]).dtype == dtype
     assert model.vision_model(batch["image"].astype(np.float32)).dtype == dtype
-    tx = optim.make_optimizer(optim.clic_schedule(10), jax.tree.map(lambda x: x.ndim >= 2, trainable),
-                              bench_device.ADAMW)
-    state = steps.TrainState(jnp.int32(0), trainable, tx.init(trainable), jax.random.PRNGKey(0))
-    step = jax.jit(
-        steps.make_step(methods.step_kind("clic"), graphdef, tx, optim.clic_schedule(10),
-                        (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD), bench_device.LOSS))
-    new, metrics = step(state, frozen, batch)
+    new, metrics = step(st.state, frozen, batch)
     out[dtype] = metrics
     assert metrics["loss"].dtype == jnp.float32
     floats = lambda tree: [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)]

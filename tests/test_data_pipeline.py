@@ -13,6 +13,9 @@ from compclip_jax.data.records import TooManySkipped
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
 from compclip_jax.data.tokenizers import CLIPTokenizer
 from compclip_jax.data.prepare import PrepareError, prepare
+from compclip_jax.methods.clic import samples as clic_samples
+from compclip_jax.methods import negclip as negclip_method
+from compclip_jax.methods.read import samples as read_samples
 from tests import data_fixtures as df
 
 
@@ -31,7 +34,8 @@ def prepared(clic, tmp_path_factory, tagger):
 
 
 def _cfg(kind, **kw):
-  kw.setdefault("options", samples.SampleOptions(image_size=64))
+  options = {"read": read_samples.Options, "negclip": negclip_method.Options}.get(kind, clic_samples.Options)
+  kw.setdefault("options", options(image_size=64))
   kw.setdefault("max_skip_fraction", 0.5)
   return pl.PipelineConfig(methods.step_kind(kind), **kw)
 
@@ -155,7 +159,7 @@ def test_clic_sample_properties(clic, tagger):
     rec = src.materialize(src[i])
     partner = tf._partner(i, rng)
     assert (partner["image"].size[0] >= partner["image"].size[1]) == (src.wide[i] == 1)  # same orientation
-    s = samples.clic_sample(rec, partner, rng, tagger, samples.SampleOptions(image_size=64))
+    s = clic_samples.sample(rec, partner, rng, tagger, clic_samples.Options(image_size=64))
     img = s["image"]
     assert img.shape == (64, 64, 3) and img.dtype == np.uint8
     hi, hj = samples.half_image(rec, 64), samples.half_image(partner, 64)
@@ -180,8 +184,8 @@ def test_clic_sample_properties(clic, tagger):
 def test_single_image_ablation(clic, tagger):
   src = clic[0]
   rec = src.materialize(src[0])
-  s = samples.clic_sample(rec, None, np.random.default_rng(0), tagger,
-                          samples.SampleOptions(image_size=64, clic_concat=False))
+  s = clic_samples.sample(rec, None, np.random.default_rng(0), tagger,
+                          clic_samples.Options(image_size=64, concat=False))
   assert s["texts"][0] == s["texts"][1] == rec["sentences"][0]
   np.testing.assert_array_equal(s["image"], samples.eval_image(rec, 64))
 
@@ -192,7 +196,7 @@ def test_read_sample(tmp_path, tagger, t5tok):
   rng = np.random.default_rng(0)
   for i in range(len(src)):
     rec = src.materialize(src[i])
-    s = samples.read_sample(rec, rng, tagger, samples.SampleOptions(image_size=64))
+    s = read_samples.sample(rec, rng, tagger, read_samples.Options(image_size=64))
     assert s["texts"][0] in rec["sentences"] and s["target"] in rec["sentences"]
     assert s["neg_valid"].shape == (3,)
     for n, ok in zip(s["texts"][1:], s["neg_valid"]):
@@ -201,9 +205,9 @@ def test_read_sample(tmp_path, tagger, t5tok):
       assert s["paraphrase"] in rec["paraphrases"]
     else:
       assert s["paraphrase"] in rec["sentences"] and s["paraphrase"] != s["texts"][0]
-  opts = samples.SampleOptions(image_size=64, read_target_may_equal_positive=False)
+  opts = read_samples.Options(image_size=64, target_may_equal_positive=False)
   for _ in range(30):
-    s = samples.read_sample(src.materialize(src[0]), rng, tagger, opts)
+    s = read_samples.sample(src.materialize(src[0]), rng, tagger, opts)
     assert s["target"] != s["texts"][0]
   b = next(pl.make_batches(src, _cfg("read", batch_size=4), CLIPTokenizer.default(), t5tok, tagger=tagger))
   assert b["ids"].shape == (4, 4, 77) and b["t5_target"].shape == (4, 77) and b["para_ids"].shape == (4, 77)
@@ -312,13 +316,13 @@ def test_normalization_switch():
   from compclip_jax.data.images import IMAGENET_MEAN
   from compclip_jax.models.clip_config import OPENAI_MEAN, OPENAI_STD
   norm = lambda kind, opts: methods.step_kind(kind).normalization(opts, OPENAI_MEAN, OPENAI_STD)
-  ref = samples.SampleOptions()
+  ref = clic_samples.Options()
   assert norm("clic", ref)[0] == IMAGENET_MEAN  # reference behaviour
   assert norm("clic_read", ref)[0] == IMAGENET_MEAN  # CLIC's samples, CLIC's normalisation
   assert norm("clic_clip", ref)[0] == norm("read", ref)[0] == norm("negclip", ref)[0] == OPENAI_MEAN
-  own = samples.SampleOptions(clic_imagenet_normalization=False)
+  own = clic_samples.Options(imagenet_normalization=False)
   assert norm("clic", own) == (OPENAI_MEAN, OPENAI_STD)
-  assert norm("clic", samples.SampleOptions(clic_concat=False)) == (OPENAI_MEAN, OPENAI_STD)  # single-image ablation
+  assert norm("clic", clic_samples.Options(concat=False)) == (OPENAI_MEAN, OPENAI_STD)  # single-image ablation
 
 
 @pytest.mark.slow

@@ -48,7 +48,7 @@ def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
 
 def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):
   cli = lambda *a: subprocess.run([sys.executable, "-m", "compclip_jax.demo", f"--workdir={tmp_path}", *a], cwd=ROOT,
-                                   env=ENV, capture_output=True, text=True, timeout=300)
+                                  env=ENV, capture_output=True, text=True, timeout=300)
   for args, says in ((["--method=clic", "--config.no_such_key=1"], "--config.no_such_key: no such config key"),
                      (["--method=nope"], "no config named 'nope'")):
     out = cli(*args)
@@ -68,7 +68,8 @@ def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):
 def test_diagnose_refuses_what_is_not_a_clip_checkpoint(tmp_path):
   (tmp_path / "empty").mkdir()
   for target in (tmp_path / "empty", tmp_path / "missing"):
-    out = subprocess.run([sys.executable, "-m", "compclip_jax.demo", f"--diagnose={target}", f"--workdir={tmp_path / 'w'}"],
-                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([
+        sys.executable, "-m", "compclip_jax.demo", f"--diagnose={target}", f"--workdir={tmp_path / 'w'}"
+    ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and str(target) in out.stderr and "Traceback" not in out.stderr, out.stderr
   assert not (tmp_path / "w").exists()  # nothing written

@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from compclip_jax.train import trainer
 from compclip_jax.data import samples
 from compclip_jax.data.images import Preprocess, load_image, squash, to_rgb_or_rgba
+from compclip_jax.methods.clic import samples as clic_samples
+from compclip_jax.methods.read import samples as read_samples
+from compclip_jax.methods import clip as clip_method
 
 
 def _reference(img: Image.Image, width: int, height: int) -> np.ndarray:
@@ -123,9 +127,10 @@ def test_an_opaque_rgba_image_resizes_exactly_as_rgb():
 def test_switch_reaches_the_samples():
   img = _half_transparent(200, 200)
   rec = _rec(img)
-  ref = samples.SampleOptions(image_size=64)
-  old = samples.SampleOptions(image_size=64, alpha_premultiplied_resize=False)
-  clip_ref, clip_old = samples.clip_sample(rec, ref)["image"], samples.clip_sample(rec, old)["image"]
+  ref = clic_samples.Options(image_size=64)
+  old = clic_samples.Options(image_size=64, alpha_premultiplied_resize=False)
+  clip_ref, clip_old = clip_method.sample(rec, None, None, None,
+                                          ref)["image"], clip_method.sample(rec, None, None, None, old)["image"]
   np.testing.assert_array_equal(clip_ref, _reference(img, 64, 64))  # square: resize only, no crop
   np.testing.assert_array_equal(clip_old, np.asarray(img.convert("RGB").resize((64, 64), Image.Resampling.BICUBIC)))
   assert (clip_ref[:, :28] == 0).all() and not (clip_old[:, :28] == 0).all()
@@ -137,7 +142,7 @@ def test_read_drops_alpha_first_as_its_reference():
   img = _half_transparent(200, 200)
   analysis = [Analysis(("a",), ("DET",), (False,)).to_json()] * 2
   rec = {**_rec(img), "sentences": ["a cat on a mat", "a dog"], "analysis": analysis}
-  s = samples.read_sample(rec, np.random.default_rng(0), None, samples.SampleOptions(image_size=64))
+  s = read_samples.sample(rec, np.random.default_rng(0), None, read_samples.Options(image_size=64))
   np.testing.assert_array_equal(s["image"], np.asarray(img.convert("RGB").resize((64, 64), Image.Resampling.BICUBIC)))
 
 
@@ -174,15 +179,15 @@ def test_prepare_counts_transparent_images_and_training_refuses_another_alpha_ch
   c = clic.get_config("runlocal")
   c.data.path = str(tmp_path / "prep")
   clic_kinds, read_kinds = methods.get("clic").step_kinds(c), methods.get("read").step_kinds(read.get_config())
-  train._check_prepared_alpha(c, meta, clic_kinds)  # pylint: disable=protected-access  # as prepared: fine
+  trainer._check_prepared_alpha(c, meta, clic_kinds)  # pylint: disable=protected-access  # as prepared: fine
   c.data.alpha_premultiplied_resize = False
   with pytest.raises(
       train.ConfigError, match=r"(?s)prepared with --alpha_premultiplied_resize=True, but the clic "
       r"step resizes with False, and 1 of its images.*--alpha_premultiplied_resize=False.*or set "
       r"data.alpha_premultiplied_resize=True"):
-    train._check_prepared_alpha(c, meta, clic_kinds)  # pylint: disable=protected-access
+    trainer._check_prepared_alpha(c, meta, clic_kinds)  # pylint: disable=protected-access
   c.data.alpha_premultiplied_resize = True
   with pytest.raises(train.ConfigError, match="the read step always drops alpha before resizing"):
-    train._check_prepared_alpha(c, meta, read_kinds)  # pylint: disable=protected-access
+    trainer._check_prepared_alpha(c, meta, read_kinds)  # pylint: disable=protected-access
   # without images with transparency the choice changes nothing: no refusal
-  train._check_prepared_alpha(c, {**meta, "transparent_images": 0}, read_kinds)  # pylint: disable=protected-access
+  trainer._check_prepared_alpha(c, {**meta, "transparent_images": 0}, read_kinds)  # pylint: disable=protected-access

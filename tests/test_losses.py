@@ -7,6 +7,10 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from compclip_jax.methods import losses
+from compclip_jax.methods.clic import losses as clic_losses
+from compclip_jax.methods.clip import losses as clip_losses
+from compclip_jax.methods.negclip import losses as negclip_losses
+from compclip_jax.methods.read import losses as read_losses
 
 jax.config.update("jax_enable_x64", False)
 
@@ -81,20 +85,20 @@ def test_clic_loss(valid):
   b, d, s = 6, 16, 14.3
   img, txt = _unit(rng, b, d), _unit(rng, 5 * b, d)
   mask = {"all": np.ones(b, bool), "some": np.array([1, 0, 1, 1, 0, 1], bool), "none": np.zeros(b, bool)}[valid]
-  got, m = losses.clic_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.asarray(mask),
-                            jnp.float32(s))
+  got, m = clic_losses.clic_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.asarray(mask),
+                                 jnp.float32(s))
   np.testing.assert_allclose(float(got), np_clic(img, txt, mask, s), **TOL)
   if valid == "none":
     assert float(m["clic/sneg"]) == 0.0
-  got0, _ = losses.clic_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.asarray(mask),
-                             jnp.float32(s), w_uni=0.0)
+  got0, _ = clic_losses.clic_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.asarray(mask),
+                                  jnp.float32(s), w_uni=0.0)
   np.testing.assert_allclose(float(got0), np_clic(img, txt, mask, s, (0.5, 0.5, 0.0)), **TOL)
 
 
 def test_clip_loss():
   rng = np.random.default_rng(1)
   img, txt = _unit(rng, 7, 8), _unit(rng, 7, 8)
-  got, _ = losses.clip_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.float32(100.0))
+  got, _ = clip_losses.clip_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.float32(100.0))
   np.testing.assert_allclose(float(got), np_clip(img, txt, 100.0), **TOL)
 
 
@@ -115,8 +119,8 @@ def test_negclip_loss_layout():
   b, d = 4, 8
   img, txt = _unit(rng, b, d), _unit(rng, 2 * b, d)
   valid = np.array([1, 0, 1, 1], bool)
-  got, _ = losses.negclip_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.asarray(valid),
-                               jnp.float32(30.0))
+  got, _ = negclip_losses.negclip_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), jnp.asarray(valid),
+                                       jnp.float32(30.0))
   np.testing.assert_allclose(float(got), np_hard_neg(img, txt[:b], txt[b:][None], valid[:, None], 30.0), **TOL)
 
 
@@ -130,9 +134,9 @@ def test_read_loss(direction):
   targets = rng.integers(1, v, (b, t))
   targets[0, 4:] = 0  # padding is ignored
   targets[2, 2:] = 0
-  got, m = losses.read_loss(*(jnp.asarray(x, jnp.float32) for x in (img, txt)), jnp.asarray(valid),
-                            jnp.asarray(para, jnp.float32), jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
-                            jnp.float32(s), align_direction=direction)
+  got, m = read_losses.read_loss(*(jnp.asarray(x, jnp.float32) for x in (img, txt)), jnp.asarray(valid),
+                                 jnp.asarray(para, jnp.float32), jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+                                 jnp.float32(s), align_direction=direction)
   negs = np.stack([txt[b * (k + 1):b * (k + 2)] for k in range(3)])
   con = np_hard_neg(img, txt[:b], negs, valid, s)
   rec = np_token_ce(logits, targets)
@@ -140,18 +144,18 @@ def test_read_loss(direction):
   for key, want in (("read/con", con), ("read/rec", rec), ("read/align", align)):
     np.testing.assert_allclose(float(m[key]), want, **TOL)
   np.testing.assert_allclose(float(got), con + 0.1 * rec + 0.5 * align, **TOL)
-  decoder_only, _ = losses.read_loss(*(jnp.asarray(x, jnp.float32) for x in (img, txt)), jnp.asarray(valid),
-                                     jnp.asarray(para, jnp.float32), jnp.asarray(logits, jnp.float32),
-                                     jnp.asarray(targets), jnp.float32(s), w_rec=1.0, w_align=0.0, w_con=0.0,
-                                     align_direction=direction)
+  decoder_only, _ = read_losses.read_loss(*(jnp.asarray(x, jnp.float32) for x in (img, txt)), jnp.asarray(valid),
+                                          jnp.asarray(para, jnp.float32), jnp.asarray(logits, jnp.float32),
+                                          jnp.asarray(targets), jnp.float32(s), w_rec=1.0, w_align=0.0, w_con=0.0,
+                                          align_direction=direction)
   np.testing.assert_allclose(float(decoder_only), rec, **TOL)  # the demo's decoder pretraining objective
 
 
 def test_extreme_logits_stay_finite():
   img = jnp.eye(4, 8)
   txt = jnp.concatenate([jnp.eye(4, 8)] * 5)
-  loss, _ = losses.clic_loss(img, txt, jnp.array([1, 1, 0, 0], bool), jnp.float32(1e4))
-  g = jax.grad(lambda x: losses.clic_loss(x, txt, jnp.ones(4, bool), jnp.float32(1e4))[0])(img)
+  loss, _ = clic_losses.clic_loss(img, txt, jnp.array([1, 1, 0, 0], bool), jnp.float32(1e4))
+  g = jax.grad(lambda x: clic_losses.clic_loss(x, txt, jnp.ones(4, bool), jnp.float32(1e4))[0])(img)
   assert np.isfinite(float(loss)) and np.isfinite(np.asarray(g)).all()
 
 
@@ -162,7 +166,7 @@ def test_sharded_equals_single_device():
   b, d = 16, 32
   img, txt = jnp.asarray(_unit(rng, b, d), jnp.float32), jnp.asarray(_unit(rng, 5 * b, d), jnp.float32)
   valid = jnp.asarray(rng.random(b) < 0.8)
-  f = jax.value_and_grad(lambda i, t, v: losses.clic_loss(i, t, v, jnp.float32(30.0))[0], argnums=(0, 1))
+  f = jax.value_and_grad(lambda i, t, v: clic_losses.clic_loss(i, t, v, jnp.float32(30.0))[0], argnums=(0, 1))
   ref_loss, ref_grads = jax.jit(f)(img, txt, valid)
   mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "fsdp"))
   shard = NamedSharding(mesh, P(("data", "fsdp")))

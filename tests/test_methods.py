@@ -13,9 +13,9 @@ import pytest
 from flax import nnx
 
 from compclip_jax import methods
-from compclip_jax.methods import losses
+from compclip_jax.methods.clic import losses as clic_losses
+from compclip_jax.methods.read import losses as read_losses
 from compclip_jax.data import pipeline as pl
-from compclip_jax.data import samples
 from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD
 from compclip_jax.data.sources import CsvSource
 from compclip_jax.train.metrics import MetricWriter
@@ -23,13 +23,14 @@ from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP
 from compclip_jax.methods.read.model import READModel
 from compclip_jax.models.t5 import T5Config
+from compclip_jax.methods.clic import samples as clic_samples
 from tests import data_fixtures as df
 
 PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compclip_jax")
 
 
 def _names(method, clip_every, n):
-  c = ml_collections.ConfigDict({"clip_every": clip_every})
+  c = ml_collections.ConfigDict({"clic": {"clip_every": clip_every}})
   return [method.kind_at(c, g).name for g in range(n)]
 
 
@@ -39,7 +40,7 @@ def test_clic_alternation_by_hand():
   assert _names(clic, 1, 6) == ["clic", "clic_clip", "clic", "clic_clip", "clic", "clic_clip"]
   assert _names(clic, 3, 9) == ["clic", "clic", "clic", "clic_clip", "clic", "clic", "clic", "clic_clip", "clic"]
   for clip_every, period, kinds in ((0, 1, ["clic"]), (1, 2, ["clic", "clic_clip"]), (3, 4, ["clic", "clic_clip"])):
-    c = ml_collections.ConfigDict({"clip_every": clip_every})
+    c = ml_collections.ConfigDict({"clic": {"clip_every": clip_every}})
     assert clic.period(c) == period and [k.name for k in clic.step_kinds(c)] == kinds
   # CLIC+READ alternates the same way, with CLIC's own CLIP step (one "clic_clip" data stream for both)
   assert _names(methods.get("clic_read"), 3, 5) == ["clic_read"] * 3 + ["clic_clip", "clic_read"]
@@ -63,18 +64,20 @@ def test_lookups_name_the_known_ones():
 
 
 def test_decoder_methods_need_a_decoder():
-  c = ml_collections.ConfigDict({"method": "clic_read", "t5": {"init": "", "random": False}})
-  assert "t5.init" in methods.get("clic_read").validate(c)[0]
-  assert "t5.init" in methods.get("read").validate(c)[0]
-  assert methods.get("clic").validate(c) == []
-  c.t5.random = True
-  assert methods.get("clic_read").validate(c) == []
+  from configs import clic, clic_read, read  # pylint: disable=import-outside-toplevel
+  c = clic_read.get_config()
+  assert any("read.t5.init" in e for e in methods.get("clic_read").problems(c))
+  assert any("read.t5.init" in e for e in methods.get("read").problems(read.get_config()))
+  assert methods.get("clic").problems(clic.get_config()) == []
+  c.read.t5.random = True
+  assert methods.get("clic_read").problems(c) == []
 
 
 def test_no_method_or_kind_names_in_the_generic_modules():
-  """train.py, steps.py, metrics.py and the pipeline iterate over method objects: no string literal names one."""
+  """train/, the pipeline and the sample helpers iterate over method objects: no string literal names one."""
   names = set(methods.names()) | {k.name for m in methods.ALL for k in m.kinds}
-  for rel in ("train.py", "steps.py", "metrics.py", "data/pipeline.py", "data/samples.py"):
+  rels = [os.path.join("train", f) for f in sorted(os.listdir(os.path.join(PKG, "train"))) if f.endswith(".py")]
+  for rel in rels + ["data/pipeline.py", "data/samples.py"]:
     with open(os.path.join(PKG, rel), encoding="utf-8") as f:
       toks = tokenize.generate_tokens(io.StringIO(f.read()).readline)
       found = [(rel, t.start[0], t.string) for t in toks if t.type == tokenize.STRING and t.string.strip("'\"") in names
@@ -100,8 +103,8 @@ def test_console_line_shows_the_methods_terms(tmp_path):
 # ------------------------------------------------------------------------------------------- losses by hand
 B, L, T = 4, 12, 9
 LOSS = ml_collections.ConfigDict(
-    dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5, align_direction="para_to_orig",
-         t5_dropout=False))
+    dict(clic=dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0), read=dict(w_con=1.0, w_rec=0.1, w_align=0.5,
+                                                                 align_direction="para_to_orig", t5_dropout=False)))
 
 
 @pytest.fixture(scope="module")
@@ -159,16 +162,17 @@ def test_clic_read_loss_is_clic_plus_reads_terms_by_hand(model):
       "neg_valid": np.array([True, False, True, True]), "t5_target": _targets(rng)
   }
   kind = methods.step_kind("clic_read")
-  norm = kind.normalization(samples.SampleOptions(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
+  norm = kind.normalization(clic_samples.Options(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   assert norm == (IMAGENET_MEAN, IMAGENET_STD)
   loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm, LOSS)
 
   img, pooled, txt = _by_hand_encoding(model, batch, IMAGENET_MEAN, IMAGENET_STD, 5)
   s = np.exp(float(model.clip.logit_scale[...]))
-  l_clic, _ = losses.clic_loss(_f32(img), _f32(np.concatenate(txt)), jnp.asarray(batch["neg_valid"]), s, 0.5, 0.5, 1.0)
+  l_clic, _ = clic_losses.clic_loss(_f32(img), _f32(np.concatenate(txt)), jnp.asarray(batch["neg_valid"]), s, 0.5, 0.5,
+                                    1.0)
   logits = model.reconstruct(pooled[0], jnp.asarray(_shifted(batch["t5_target"])))  # W·pooled(p1) → p2
-  l_rec = losses.token_reconstruction(logits, jnp.asarray(batch["t5_target"]))
-  l_align = losses.sentence_alignment(_f32(txt[3]), _f32(txt[2]), s)  # each p4 among the batch's p3
+  l_rec = read_losses.token_reconstruction(logits, jnp.asarray(batch["t5_target"]))
+  l_align = read_losses.sentence_alignment(_f32(txt[3]), _f32(txt[2]), s)  # each p4 among the batch's p3
   np.testing.assert_allclose(float(loss), float(l_clic + 0.1 * l_rec + 0.5 * l_align), rtol=1e-5)
   np.testing.assert_allclose(float(m["read/rec"]), float(l_rec), rtol=1e-5)
   np.testing.assert_allclose(float(m["read/align"]), float(l_align), rtol=1e-5)
@@ -185,15 +189,15 @@ def test_read_loss_by_hand(model):
           (B, 3)) < 0.7, "para_ids": _ids(rng, 1)[:, 0], "t5_target": _targets(rng)
   }
   kind = methods.step_kind("read")
-  norm = kind.normalization(samples.SampleOptions(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
+  norm = kind.normalization(clic_samples.Options(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm, LOSS)
 
   img, pooled, txt = _by_hand_encoding(model, batch, clip_config.OPENAI_MEAN, clip_config.OPENAI_STD, 4)
   para = _unit(model.clip.encode_text(jnp.asarray(batch["para_ids"])))
   s = np.exp(float(model.clip.logit_scale[...]))
   logits = model.reconstruct(pooled[0], jnp.asarray(_shifted(batch["t5_target"])))
-  want, _ = losses.read_loss(_f32(img), _f32(np.concatenate(txt)), jnp.asarray(batch["neg_valid"]), _f32(para), logits,
-                             jnp.asarray(batch["t5_target"]), s, 0.1, 0.5)
+  want, _ = read_losses.read_loss(_f32(img), _f32(np.concatenate(txt)), jnp.asarray(batch["neg_valid"]), _f32(para),
+                                  logits, jnp.asarray(batch["t5_target"]), s, 0.1, 0.5)
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
   assert {"read/con", "read/rec", "read/align"} <= set(m)
 
@@ -203,7 +207,7 @@ def test_read_loss_by_hand(model):
 def test_clic_read_samples_are_clics_plus_p2_as_the_target(tmp_path, tok, tagger, t5tok, concat):
   csv, root, _, _ = df.write_clic_csv(tmp_path, n=12, broken=False)
   src = CsvSource(str(csv), str(root))
-  opts = samples.SampleOptions(image_size=32, clic_concat=concat)
+  opts = clic_samples.Options(image_size=32, concat=concat)
   clic = pl.SampleTransform(src, pl.PipelineConfig(methods.step_kind("clic"), 1, options=opts), tok, tagger=tagger)
   both = pl.SampleTransform(src, pl.PipelineConfig(methods.step_kind("clic_read"), 1, options=opts), tok, t5tok,
                             tagger=tagger)
@@ -215,7 +219,7 @@ def test_clic_read_samples_are_clics_plus_p2_as_the_target(tmp_path, tok, tagger
     rng = np.random.default_rng([7, i])  # the same draws by hand: partner first, then CLIC's sample
     rec = src.materialize(src[i])
     partner = both._partner(i, rng) if concat else None  # pylint: disable=protected-access
-    texts = samples.clic_sample(rec, partner, rng, tagger, opts)["texts"]
+    texts = clic_samples.sample(rec, partner, rng, tagger, opts)["texts"]
     np.testing.assert_array_equal(b["t5_target"], t5tok([texts[1]])[0])  # the target is p2
     if not concat:  # single image: p1 = p2, the target is the positive itself
       assert texts[0] == texts[1]
@@ -226,9 +230,9 @@ def test_clic_read_samples_are_clics_plus_p2_as_the_target(tmp_path, tok, tagger
 def test_clic_read_target_is_p2(tmp_path, tagger):
   csv, root, _, _ = df.write_clic_csv(tmp_path, n=6, broken=False)
   src = CsvSource(str(csv), str(root))
-  opts = samples.SampleOptions(image_size=32)
+  opts = clic_samples.Options(image_size=32)
   rec, partner = src.materialize(src[0]), src.materialize(src[1])
   s = methods.step_kind("clic_read").sample(rec, partner, np.random.default_rng(3), tagger, opts)
-  ref = samples.clic_sample(rec, partner, np.random.default_rng(3), tagger, opts)
+  ref = clic_samples.sample(rec, partner, np.random.default_rng(3), tagger, opts)
   assert s["texts"] == ref["texts"] and s["target"] == ref["texts"][1]
   assert s["target"].startswith(partner["sentences"][0].strip().rstrip("."))  # p2 = j.first + i.first

@@ -8,8 +8,10 @@ import pytest
 from PIL import Image
 
 from compclip_jax.data import negatives as neg
-from compclip_jax.data import samples
 from compclip_jax.data.negatives import Analysis, SpacyTagger
+from compclip_jax.methods.clic import negatives as clic_neg
+from compclip_jax.methods.read import negatives as read_neg
+from compclip_jax.methods.read import samples as read_samples
 
 CAPTIONS = [
     "a red shirt man on a gray horse", "two dogs playing with a yellow ball near the old fence",
@@ -73,9 +75,9 @@ def test_cross_swap_is_exactly_one_same_pos_swap(tagger):
   kinds = []
   for x, y in itertools.permutations(CAPTIONS, 2):
     a, b = tagger([x, y])
-    n, kind = neg.clic_negative(a, b, rng)
+    n, kind = clic_neg.clic_negative(a, b, rng)
     kinds.append(kind)
-    assert kind == neg.CROSS and _one_cross_swap(a, b, n), (x, y, n)
+    assert kind == clic_neg.CROSS and _one_cross_swap(a, b, n), (x, y, n)
     assert n != neg.join(x, y) and n != neg.join(y, x)
   assert len(kinds) == 30
 
@@ -84,7 +86,7 @@ def test_shared_words_never_swap(tagger):
   a, b = tagger(["a red cube on a red table", "a red ball on a blue table"])
   rng = np.random.default_rng(1)
   for _ in range(50):
-    n, _ = neg.clic_negative(a, b, rng)
+    n, _ = clic_neg.clic_negative(a, b, rng)
     assert "red" in n and "table" in n.split(". ")[0] + n.split(". ")[1]  # shared words stay where they were
 
 
@@ -93,17 +95,19 @@ def test_shared_words_removed_tag_by_tag():
   candidate; across tags (the old rule, a switch) it is removed."""
   a = A("a red cat", "DET ADJ NOUN")
   b = A("the red of a dog", "DET NOUN ADP DET NOUN")
-  assert neg.cross_candidates(a, b) == (["NOUN"], {"ADJ": ["red"],
-                                                   "NOUN": ["cat"]}, {"NOUN": ["red", "dog"], "ADP": ["of"]})
+  assert clic_neg.cross_candidates(a, b) == (["NOUN"], {"ADJ": ["red"],
+                                                        "NOUN": ["cat"]}, {"NOUN": ["red", "dog"], "ADP": ["of"]})
   # NOUN is the only common tag; w1 = cat; w2 = red or dog (1/2 each); join order 1/2.
-  quarter = {("a red red. the cat of a dog.", neg.CROSS): 0.25, ("the cat of a dog. a red red.", neg.CROSS): 0.25,
-             ("a red dog. the red of a cat.", neg.CROSS): 0.25, ("the red of a cat. a red dog.", neg.CROSS): 0.25}
-  assert neg.clic_negative_distribution(a, b) == pytest.approx(quarter)
-  half = {("a red dog. the red of a cat.", neg.CROSS): 0.5, ("the red of a cat. a red dog.", neg.CROSS): 0.5}
-  assert neg.clic_negative_distribution(a, b, shared_words_across_tags=True) == pytest.approx(half)
+  quarter = {("a red red. the cat of a dog.", clic_neg.CROSS): 0.25,
+             ("the cat of a dog. a red red.", clic_neg.CROSS): 0.25,
+             ("a red dog. the red of a cat.", clic_neg.CROSS): 0.25,
+             ("the red of a cat. a red dog.", clic_neg.CROSS): 0.25}
+  assert clic_neg.clic_negative_distribution(a, b) == pytest.approx(quarter)
+  half = {("a red dog. the red of a cat.", clic_neg.CROSS): 0.5, ("the red of a cat. a red dog.", clic_neg.CROSS): 0.5}
+  assert clic_neg.clic_negative_distribution(a, b, shared_words_across_tags=True) == pytest.approx(half)
   # Same tag on both sides: removed either way.
   c = A("a red dog", "DET ADJ NOUN")
-  assert neg.cross_candidates(a, c)[0] == ["NOUN"] and neg.cross_candidates(a, c)[1]["ADJ"] == []
+  assert clic_neg.cross_candidates(a, c)[0] == ["NOUN"] and clic_neg.cross_candidates(a, c)[1]["ADJ"] == []
 
 
 def test_non_word_tokens_are_no_candidates():
@@ -112,15 +116,15 @@ def test_non_word_tokens_are_no_candidates():
   a = A("a semi|-|smile man", "DET ADJ NOUN NOUN NOUN")
   b = A("a dog", "DET NOUN")
   assert a.text() == "a semi-smile man"
-  dist = neg.clic_negative_distribution(a, b)
-  assert dist == pytest.approx({("a semi-dog man. a smile.", neg.CROSS): 0.25,
-                                ("a smile. a semi-dog man.", neg.CROSS): 0.25,
-                                ("a semi-smile dog. a man.", neg.CROSS): 0.25,
-                                ("a man. a semi-smile dog.", neg.CROSS): 0.25})
-  old = neg.clic_negative_distribution(a, b, exclude_nonword=False)
+  dist = clic_neg.clic_negative_distribution(a, b)
+  assert dist == pytest.approx({("a semi-dog man. a smile.", clic_neg.CROSS): 0.25,
+                                ("a smile. a semi-dog man.", clic_neg.CROSS): 0.25,
+                                ("a semi-smile dog. a man.", clic_neg.CROSS): 0.25,
+                                ("a man. a semi-smile dog.", clic_neg.CROSS): 0.25})
+  old = clic_neg.clic_negative_distribution(a, b, exclude_nonword=False)
   one_sided = {k: p for k, p in old.items() if "a semi-smile man." in k[0]}
-  assert one_sided == pytest.approx({("a semi-smile man. a -.", neg.CROSS): 1 / 6,
-                                     ("a -. a semi-smile man.", neg.CROSS): 1 / 6})
+  assert one_sided == pytest.approx({("a semi-smile man. a -.", clic_neg.CROSS): 1 / 6,
+                                     ("a -. a semi-smile man.", clic_neg.CROSS): 1 / 6})
   assert neg.eligible_words(a) == {"ADJ": ["semi"], "NOUN": ["smile", "man"]}
   assert neg.eligible_words(a, exclude_nonword=False)["NOUN"] == ["-", "smile", "man"]
 
@@ -131,34 +135,34 @@ def test_non_word_tokens_are_no_candidates():
         # identical captions: nothing left to cross-swap; the fallback swaps big/red inside either sentence (the same
         # string both ways) and joins it with the other in random order
         (A("a big red cat", "DET ADJ ADJ NOUN"), A(
-            "a big red cat", "DET ADJ ADJ NOUN"), {("a red big cat. a big red cat.", neg.FALLBACK_SINGLE): 0.5,
-                                                   ("a big red cat. a red big cat.", neg.FALLBACK_SINGLE): 0.5}),
+            "a big red cat", "DET ADJ ADJ NOUN"), {("a red big cat. a big red cat.", clic_neg.FALLBACK_SINGLE): 0.5,
+                                                   ("a big red cat. a red big cat.", clic_neg.FALLBACK_SINGLE): 0.5}),
         # no common tag; b cannot swap inside itself, so whichever is tried first the swap is a's
-        (A("big red", "ADJ ADJ"), A("running", "VERB"), {("red big. running.", neg.FALLBACK_SINGLE): 0.5,
-                                                         ("running. red big.", neg.FALLBACK_SINGLE): 0.5}),
+        (A("big red", "ADJ ADJ"), A("running", "VERB"), {("red big. running.", clic_neg.FALLBACK_SINGLE): 0.5,
+                                                         ("running. red big.", clic_neg.FALLBACK_SINGLE): 0.5}),
         # one-word captions: the cross swap only reorders them, nothing to swap inside → masked
         (A("cat", "NOUN"), A("dog", "NOUN"), {(None, neg.NONE): 1.0}),
         (A("!!!", "PUNCT"), A("...", "PUNCT"), {(None, neg.NONE): 1.0}),
     ])
 def test_distribution_hand_cases(a, b, want):
-  assert neg.clic_negative_distribution(a, b) == pytest.approx(want)
+  assert clic_neg.clic_negative_distribution(a, b) == pytest.approx(want)
 
 
 def test_distribution_mixes_cross_and_fallback():
   """Two common tags; the NOUN swap cannot find its words ("cat" inside "cats" is no whole word: both sentences stay
   as they were), so that branch falls back (and fails: nothing swaps inside either), the ADJ branch is a swap."""
   a, b = A("cat|s red", "NOUN NOUN ADJ"), A("dog|s blue", "NOUN NOUN ADJ")
-  assert neg.cross_candidates(a, b)[0] == ["ADJ", "NOUN"]  # "s" is shared under NOUN: removed
-  assert neg.clic_negative_distribution(a, b) == pytest.approx({("cats blue. dogs red.", neg.CROSS): 0.25,
-                                                                ("dogs red. cats blue.", neg.CROSS): 0.25,
-                                                                (None, neg.NONE): 0.5})
+  assert clic_neg.cross_candidates(a, b)[0] == ["ADJ", "NOUN"]  # "s" is shared under NOUN: removed
+  assert clic_neg.clic_negative_distribution(a, b) == pytest.approx({("cats blue. dogs red.", clic_neg.CROSS): 0.25,
+                                                                     ("dogs red. cats blue.", clic_neg.CROSS): 0.25,
+                                                                     (None, neg.NONE): 0.5})
 
 
 def _check_sampling(a, b, draws=20000, **kw):
-  dist = neg.clic_negative_distribution(a, b, **kw)
+  dist = clic_neg.clic_negative_distribution(a, b, **kw)
   assert sum(dist.values()) == pytest.approx(1.0, abs=1e-12)
   rng = np.random.default_rng(123)
-  counts = collections.Counter(neg.clic_negative(a, b, rng, **kw) for _ in range(draws))
+  counts = collections.Counter(clic_neg.clic_negative(a, b, rng, **kw) for _ in range(draws))
   assert set(counts) <= set(dist), set(counts) - set(dist)  # every sampled outcome is in the support
   for outcome, p in dist.items():
     f = counts[outcome] / draws
@@ -169,20 +173,20 @@ def _check_sampling(a, b, draws=20000, **kw):
 def test_sampling_matches_the_exact_distribution(tagger):
   a, b = tagger(["a woman in a blue dress holds a small white cat", "two dogs playing with a yellow ball"])
   dist = _check_sampling(a, b)
-  assert len(dist) > 20 and {k for _, k in dist} == {neg.CROSS}
+  assert len(dist) > 20 and {k for _, k in dist} == {clic_neg.CROSS}
   fb = A("a big red cat near the old tree", "DET ADJ ADJ NOUN ADP DET ADJ NOUN")
   dist = _check_sampling(fb, fb)  # fallback only: both sentences, both word pairs, both orders
-  assert {k for _, k in dist} == {neg.FALLBACK_SINGLE} and len(dist) == 2 * 4
+  assert {k for _, k in dist} == {clic_neg.FALLBACK_SINGLE} and len(dist) == 2 * 4
   a = A("a semi|-|smile man", "DET ADJ NOUN NOUN NOUN")
   _check_sampling(a, A("a dog", "DET NOUN"), draws=5000, exclude_nonword=False)
 
 
 def test_adversarial_captions(tagger):
   for x, y, kind in [("!!!", "...", neg.NONE), ("a cat", "a cat", neg.NONE), ("cat", "dog", neg.NONE),
-                     ("a cat", "a dog", neg.NONE), ("a big red cat", "a big red cat", neg.FALLBACK_SINGLE),
+                     ("a cat", "a dog", neg.NONE), ("a big red cat", "a big red cat", clic_neg.FALLBACK_SINGLE),
                      ("running", "a cat", neg.NONE)]:
     a, b = tagger([x, y])
-    n, got = neg.clic_negative(a, b, np.random.default_rng(0))
+    n, got = clic_neg.clic_negative(a, b, np.random.default_rng(0))
     assert got == kind, (x, y)
     assert (n is None) == (kind == neg.NONE)
     if n is not None:
@@ -224,7 +228,7 @@ def test_verb_phrases_are_all_matcher_spans(tagger):
 def test_read_candidate_groups():
   a = A("a big dog and a small dog run quickly home .", "DET ADJ NOUN CCONJ DET ADJ NOUN VERB ADV ADV PUNCT",
         chunks=[(0, 3), (4, 7), (9, 10)], verb_phrases=[(7, 8), (7, 9)])
-  groups = neg.read_candidate_groups(a)
+  groups = read_neg.read_candidate_groups(a)
   assert list(groups) == ["NOUN", "ADJ", "ADV", "chunk", "verb_phrase"]
   assert groups == {
       "NOUN": [(2, 3), (6, 7)], "ADJ": [(1, 2), (5, 6)], "ADV": [(8, 9), (9, 10)], "chunk": [(0, 3), (4, 7)],
@@ -235,65 +239,66 @@ def test_read_candidate_groups():
 def test_read_swap_is_the_references_token_splice():
   a = A("a man riding a horse|.", "DET NOUN VERB DET NOUN PUNCT")
   # the reference joins tokens with single spaces, so the full stop comes loose
-  assert neg.read_swap(a, (1, 2), (4, 5), allow_overlap=False) == "a horse riding a man ."
-  assert neg.read_swap(a, (4, 5), (1, 2), allow_overlap=False) == "a horse riding a man ."  # order-free
+  assert read_neg.read_swap(a, (1, 2), (4, 5), allow_overlap=False) == "a horse riding a man ."
+  assert read_neg.read_swap(a, (4, 5), (1, 2), allow_overlap=False) == "a horse riding a man ."  # order-free
   b = A("two dogs are playing with a frisbee", "NUM NOUN AUX VERB ADP DET NOUN")
-  assert neg.read_swap(b, (2, 4), (3, 4), allow_overlap=False) is None
+  assert read_neg.read_swap(b, (2, 4), (3, 4), allow_overlap=False) is None
   # the reference's garbling, reproduced: [:2] + [3:4] + [4:3] (empty) + [2:4] + [4:]
-  assert neg.read_swap(b, (2, 4), (3, 4), allow_overlap=True) == "two dogs playing are playing with a frisbee"
-  assert neg.read_swap(b, (3, 4), (2, 4), allow_overlap=True) == "two dogs playing are playing with a frisbee"
+  assert read_neg.read_swap(b, (2, 4), (3, 4), allow_overlap=True) == "two dogs playing are playing with a frisbee"
+  assert read_neg.read_swap(b, (3, 4), (2, 4), allow_overlap=True) == "two dogs playing are playing with a frisbee"
   c = A("a woman sitting holding an umbrella", "DET NOUN VERB VERB DET NOUN")
   # equal starts keep the drawn order: [:2] + [2:3] + [4:2] + [2:4] + [3:]  /  [:2] + [2:4] + [3:2] + [2:3] + [4:]
-  assert neg.read_swap(c, (2, 4), (2, 3), True) == "a woman sitting sitting holding holding an umbrella"
-  assert neg.read_swap(c, (2, 3), (2, 4), True) == "a woman sitting holding sitting an umbrella"
-  assert neg.read_swap(c, (2, 3), (3, 4), False) == "a woman holding sitting an umbrella"  # adjacent: no overlap
+  assert read_neg.read_swap(c, (2, 4), (2, 3), True) == "a woman sitting sitting holding holding an umbrella"
+  assert read_neg.read_swap(c, (2, 3), (2, 4), True) == "a woman sitting holding sitting an umbrella"
+  assert read_neg.read_swap(c, (2, 3), (3, 4), False) == "a woman holding sitting an umbrella"  # adjacent: no overlap
 
 
 def test_read_negative_overlap_switch():
   b = A("a dog is running", "DET NOUN AUX VERB", verb_phrases=[(2, 4), (3, 4)])  # the only group ≥ 2: overlapping
   rng = np.random.default_rng(0)
-  assert {neg.read_negative(b, rng) for _ in range(20)} == {(None, neg.READ_OVERLAP_NONE)}
-  assert {neg.read_negative(b, rng, allow_overlap=True) for _ in range(20)} == {("a dog running is running",
-                                                                                 neg.READ_GARBLED)}
+  assert {read_neg.read_negative(b, rng) for _ in range(20)} == {(None, read_neg.READ_OVERLAP_NONE)}
+  assert {read_neg.read_negative(b, rng, allow_overlap=True) for _ in range(20)} == {("a dog running is running",
+                                                                                      read_neg.READ_GARBLED)}
   c = A("a dog and a cat are running", "DET NOUN CCONJ DET NOUN AUX VERB", verb_phrases=[(5, 7), (6, 7)])
-  outs = collections.Counter(neg.read_negative(c, rng) for _ in range(400))
+  outs = collections.Counter(read_neg.read_negative(c, rng) for _ in range(400))
   swapped = "a cat and a dog are running"
-  assert set(outs) == {(swapped, neg.READ_RULE), (swapped, neg.READ_OVERLAP_SKIPPED), (None, neg.READ_OVERLAP_NONE)}
+  assert set(outs) == {(swapped, read_neg.READ_RULE), (swapped, read_neg.READ_OVERLAP_SKIPPED),
+                       (None, read_neg.READ_OVERLAP_NONE)}
   # each attempt picks NOUN or the verb phrases (1/2): no VP attempt in 5 (READ_RULE) and no NOUN attempt
   # (READ_OVERLAP_NONE) have probability 1/32 each, ≈ 12 of 400
-  assert 2 <= outs[swapped, neg.READ_RULE] <= 35 and 2 <= outs[None, neg.READ_OVERLAP_NONE] <= 35
-  garbling = collections.Counter(k for _, k in (neg.read_negative(c, rng, allow_overlap=True) for _ in range(400)))
-  assert set(garbling) == {neg.READ_RULE, neg.READ_GARBLED}
+  assert 2 <= outs[swapped, read_neg.READ_RULE] <= 35 and 2 <= outs[None, read_neg.READ_OVERLAP_NONE] <= 35
+  garbling = collections.Counter(k for _, k in (read_neg.read_negative(c, rng, allow_overlap=True) for _ in range(400)))
+  assert set(garbling) == {read_neg.READ_RULE, read_neg.READ_GARBLED}
 
 
 def test_read_no_op_swaps_are_no_negatives():
   """Two members with the same text: the reference keeps the re-spaced original ("a dog near a dog ."), i.e. the
   positive itself; ours has no negative (an intended difference)."""
   a = A("a dog near a dog|.", "DET NOUN ADP DET NOUN PUNCT")
-  assert neg.read_candidate_groups(a)["NOUN"] == [(1, 2), (4, 5)]  # duplicates are members
-  assert neg.read_swap(a, (1, 2), (4, 5), False) == "a dog near a dog ."
-  assert neg.read_negative(a, np.random.default_rng(0)) == (None, neg.NONE)
+  assert read_neg.read_candidate_groups(a)["NOUN"] == [(1, 2), (4, 5)]  # duplicates are members
+  assert read_neg.read_swap(a, (1, 2), (4, 5), False) == "a dog near a dog ."
+  assert read_neg.read_negative(a, np.random.default_rng(0)) == (None, neg.NONE)
 
 
 def test_read_negatives_swap_group_members(tagger):
   (a,) = tagger(["a woman in a blue dress holds a small white cat"])
   rng = np.random.default_rng(0)
-  outs = {neg.read_negative(a, rng)[0] for _ in range(60)}
+  outs = {read_neg.read_negative(a, rng)[0] for _ in range(60)}
   assert None not in outs and a.text() not in outs and len(outs) >= 3
   for n in outs:  # a permutation of the same tokens
     assert sorted(n.split()) == sorted(a.tokens)
   (empty,) = tagger(["!!!"])
-  assert neg.read_negative(empty, rng) == (None, neg.NONE)
+  assert read_neg.read_negative(empty, rng) == (None, neg.NONE)
 
 
 def test_read_sample_counts_kinds_per_negative():
   a = A("a dog is running", "DET NOUN AUX VERB", verb_phrases=[(2, 4), (3, 4)])
   rec = {"id": "x", "sentences": ["a dog is running"], "analysis": [a.to_json()], "image": Image.new("RGB", (40, 40))}
   rng = np.random.default_rng(0)
-  s = samples.read_sample(rec, rng, None, samples.SampleOptions(image_size=32))
-  assert s["neg_kind"] == [neg.READ_OVERLAP_NONE] * 3 and not s["neg_valid"].any()
-  s = samples.read_sample(rec, rng, None, samples.SampleOptions(image_size=32, read_overlapping_swaps=True))
-  assert s["neg_kind"] == [neg.READ_GARBLED] * 3 and s["texts"][1:] == ["a dog running is running"] * 3
+  s = read_samples.sample(rec, rng, None, read_samples.Options(image_size=32))
+  assert s["neg_kind"] == [read_neg.READ_OVERLAP_NONE] * 3 and not s["neg_valid"].any()
+  s = read_samples.sample(rec, rng, None, read_samples.Options(image_size=32, overlapping_swaps=True))
+  assert s["neg_kind"] == [read_neg.READ_GARBLED] * 3 and s["texts"][1:] == ["a dog running is running"] * 3
 
 
 def test_analysis_json_round_trip(tagger):

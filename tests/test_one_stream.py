@@ -8,8 +8,8 @@ import pytest
 
 from compclip_jax import methods
 from compclip_jax.data import pipeline as pl
-from compclip_jax.data import samples
 from compclip_jax.data.sources import CsvSource
+from compclip_jax.methods.clic import samples as clic_samples
 from tests import data_fixtures as df
 
 B = 4
@@ -40,7 +40,7 @@ def _pipes(src, tok, tagger, clip_every=1, process_index=0, process_count=1, num
       k: pl.make_batches(
           src,
           pl.PipelineConfig(methods.step_kind(k), B, seed=seed, num_epochs=num_epochs, max_skip_fraction=0.5,
-                            options=samples.SampleOptions(image_size=32), period=period, slots=slots), tok, None,
+                            options=clic_samples.Options(image_size=32), period=period, slots=slots), tok, None,
           process_index, process_count, tagger) for k, (period, slots) in shares.items()
   }
 
@@ -179,7 +179,7 @@ def test_restoring_another_stream_is_refused(clean, tok, tagger, caplog):
   _run(a, 0, 2)
   state = json.loads(json.dumps(a["clic"].state()))
   other = _pipes(clean, tok, tagger, seed=6)["clic"]
-  with pytest.raises(ValueError, match="clip_every"):
+  with pytest.raises(ValueError, match="alternation of step kinds"):
     other.restore(state)
   with pytest.raises(ValueError, match="slots"):
     _pipes(clean, tok, tagger, clip_every=2)["clic"].restore(state)

@@ -59,7 +59,7 @@ def test_read_rules(clip_shapes):
 
 def test_clic_schedule_values():
   total, warm = 1250, 250
-  s = optim.clic_schedule(total)
+  s = optim.warmup_frac_cosine(total)
   assert math.isclose(float(s(0)), 1e-7, rel_tol=1e-6)
   assert math.isclose(float(s(warm // 2)), 1e-7 + 0.5 * (1e-6 - 1e-7), rel_tol=1e-5)
   assert math.isclose(float(s(warm)), 1e-6, rel_tol=1e-5)
@@ -70,7 +70,7 @@ def test_clic_schedule_values():
 
 def test_read_schedule_values():
   total = 1620
-  s = optim.read_schedule(total)
+  s = optim.warmup_steps_cosine(total)
   assert float(s(0)) == 0.0 and math.isclose(float(s(25)), 0.5e-5, rel_tol=1e-5)
   assert math.isclose(float(s(50)), 1e-5, rel_tol=1e-5)
   for t in (300, 800, 1500):  # transformers' get_cosine_schedule_with_warmup

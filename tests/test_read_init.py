@@ -5,7 +5,9 @@ import jax
 import numpy as np
 import pytest
 
-from compclip_jax.methods.read.model import read_proj_init, torch_linear_init
+from compclip_jax import methods
+from compclip_jax.train import state
+from compclip_jax.methods.read.model import proj_init as read_proj_init, torch_linear_init
 
 
 def test_torch_linear_init_matches_torch_statistics():
@@ -31,21 +33,20 @@ def test_lecun_normal_is_the_old_switch_and_sqrt3_wider():
   assert abs(w.std() - 1 / math.sqrt(512)) < 5e-4
   t = np.asarray(read_proj_init("torch_linear")(jax.random.PRNGKey(0), (512, 1024)))
   assert abs(w.std() / t.std() - math.sqrt(3)) < 0.02
-  with pytest.raises(ValueError, match="read_proj_init"):
+  with pytest.raises(ValueError, match="read.proj_init"):
     read_proj_init("xavier")
 
 
 @pytest.mark.parametrize("init", ["torch_linear", "lecun_normal"])
 def test_build_model_initialises_w_by_the_switch(tmp_path, init):
-  from compclip_jax.train import loop as train
   from configs import read
   c = read.get_config("runlocal")
-  c.model.read_proj_init = init
-  c.t5.random_d_model = 48  # not the text width (64): W is not square, so its [out, in] layout shows in its shape
-  m = train.build_model(c)
+  c.read.proj_init = init
+  c.read.t5.random_d_model = 48  # not the text width (64): W is not square, so its [out, in] layout shows in its shape
+  m = state.build_model(c, methods.get(c.method))
   w = m.flat["proj.kernel"]
   fan_in = m.clip_cfg.text.width
-  assert w.shape == (m.t5_cfg.d_model, fan_in)  # [out, in], as torch stores nn.Linear.weight
+  assert w.shape == (m.export_info.d_model, fan_in)  # [out, in], as torch stores nn.Linear.weight
   if init == "torch_linear":
     assert np.abs(w).max() <= 1 / math.sqrt(fan_in)
     assert abs(w.std() * math.sqrt(3 * fan_in) - 1) < 0.1
@@ -58,7 +59,7 @@ def test_read_config_defaults_follow_its_reference():
   from configs import clic, read
   c = read.get_config()
   assert tuple(c.data.splits) == ("train",)  # Karpathy train only (METHODS §2.2)
-  assert c.model.read_proj_init == "torch_linear"
+  assert c.read.proj_init == "torch_linear"
   assert not c.data.clean_text  # transformers' CLIPTokenizerFast: no ftfy / html cleaning
   k = clic.get_config()
   assert k.data.clean_text and k.data.alpha_premultiplied_resize  # open_clip's tokenizer and transform

@@ -18,6 +18,8 @@ import pytest
 from PIL import Image
 
 from compclip_jax.data import images, negatives, samples, sources, tokenizers
+from compclip_jax.methods.clic import negatives as clic_neg
+from compclip_jax.methods.read import negatives as read_neg
 
 FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "reference"
 
@@ -92,12 +94,12 @@ def _category(pair: dict) -> str | None:
 
 def _ours(tagger, pair, **kw) -> dict:
   a, b = tagger([pair["a"], pair["b"]])
-  return negatives.clic_negative_distribution(a, b, **kw)
+  return clic_neg.clic_negative_distribution(a, b, **kw)
 
 
 def _same(ours: dict, ref: dict) -> bool:
   """Exactly the reference's cross-swap distribution: same texts, all CROSS, probabilities within 1e-9."""
-  if any(kind != negatives.CROSS for _, kind in ours) or {t for t, _ in ours} != set(ref):
+  if any(kind != clic_neg.CROSS for _, kind in ours) or {t for t, _ in ours} != set(ref):
     return False
   return all(abs(p - ref[t]) <= 1e-9 for (t, _), p in ours.items())
 
@@ -105,7 +107,7 @@ def _same(ours: dict, ref: dict) -> bool:
 def _same_tokens(ours: dict, ref: dict) -> bool:
   """As `_same`, comparing texts as the model sees them: CLIP token ids."""
   tok = tokenizers.CLIPTokenizer.default()
-  if any(kind != negatives.CROSS for _, kind in ours):
+  if any(kind != clic_neg.CROSS for _, kind in ours):
     return False
   key = lambda texts: [tuple(r) for r in tok(list(texts)).tolist()]  # noqa: E731
   o = collections.defaultdict(float)
@@ -159,7 +161,7 @@ def test_clic_negatives_never_invalid(tagger, clic_pairs):
       assert "PLACEHOLDER" not in text and not text.startswith(".") and ". ." not in text, (a, b, text)
       for original in (negatives.join(a), negatives.join(b)):  # one-sided: a sentence came through unchanged
         one_sided = text.startswith(original + " ") or text.endswith(" " + original)
-        assert kind != negatives.CROSS or not one_sided, (a, b, text, kind)
+        assert kind != clic_neg.CROSS or not one_sided, (a, b, text, kind)
 
 
 def test_clic_switches_are_measurable(tagger, clic_pairs):
@@ -187,7 +189,7 @@ def test_read_candidate_groups_equal_reference(tagger, read_fx):
   for rec in read_fx:
     (a,) = tagger([rec["text"]])
     assert list(a.tokens) == rec["tokens"] and list(a.pos) == rec["pos"], rec["text"]
-    ours = {k: [list(s) for s in v] for k, v in negatives.read_candidate_groups(a).items()}
+    ours = {k: [list(s) for s in v] for k, v in read_neg.read_candidate_groups(a).items()}
     assert ours == rec["groups"], rec["text"]
 
 
@@ -201,8 +203,8 @@ def test_read_swaps_equal_reference(tagger, read_fx):
       g = rec["groups"][name]
       for r in rows:
         first, second = tuple(g[r["i"]]), tuple(g[r["j"]])
-        assert negatives.read_swap(a, first, second, True) == r["out"], (rec["text"], name, r)
-        default = negatives.read_swap(a, first, second, False)
+        assert read_neg.read_swap(a, first, second, True) == r["out"], (rec["text"], name, r)
+        default = read_neg.read_swap(a, first, second, False)
         assert (default is None) == r["overlap"], (rec["text"], name, r)
         if default is not None:
           assert default == r["out"]
@@ -226,7 +228,7 @@ def test_read_negative_distribution_matches_reference(tagger, read_fx):
       continue
     (a,) = tagger([rec["text"]])
     rng = np.random.default_rng(k)
-    freq = collections.Counter((negatives.read_negative(a, rng, allow_overlap=True)[0] or "") for _ in range(n))
+    freq = collections.Counter((read_neg.read_negative(a, rng, allow_overlap=True)[0] or "") for _ in range(n))
     ref = rec["negative_dist"]
     assert set(freq) <= set(ref), (rec["text"], set(freq) - set(ref))
     for text, p in ref.items():

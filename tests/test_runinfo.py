@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from compclip_jax import methods
 from compclip_jax.cli import app as cli
 from compclip_jax.train import runinfo
 from configs import clic, read
@@ -101,9 +102,9 @@ def test_the_data_file_is_identified_by_size_and_mtime(tmp_path):
 def test_keys_of_another_version_are_reported_not_refused():
   old = _describe(clic.get_config("runlocal"))
   new = dict(old, **{"data.a_new_switch": True})
-  del new["loss.w_uni"]
+  del new["clic.w_uni"]
   assert runinfo.differences(old, new) == []
-  assert runinfo.unmatched(old, new) == ["data.a_new_switch", "loss.w_uni"]
+  assert runinfo.unmatched(old, new) == ["clic.w_uni", "data.a_new_switch"]
 
 
 def test_record_keeps_the_history_of_accepted_changes(tmp_path):
@@ -206,3 +207,52 @@ def test_guard_prints_user_errors_without_a_traceback(tmp_path, capsys, monkeypa
   monkeypatch.setenv("COMPCLIP_TRACEBACK", "1")
   with pytest.raises(runinfo.RunMismatch):
     cli.guard(bad)([])
+
+
+# ------------------------------------------------------------------------------- older flat config keys carry over
+OLD_KEYS = {  # today's key → the flat key of the versions before the method sections (2026-12-02)
+    "clic.clip_every": "clip_every", "clic.w_cont": "loss.w_cont", "clic.w_sneg": "loss.w_sneg",
+    "clic.w_uni": "loss.w_uni", "clic.concat": "data.clic_concat",
+    "clic.imagenet_normalization": "data.clic_imagenet_normalization",
+    "clic.shared_words_across_tags": "data.clic_shared_words_across_tags",
+    "clic.exclude_nonword": "data.clic_exclude_nonword", "read.w_rec": "loss.w_rec", "read.t5.init": "t5.init",
+    "read.t5.init_files": "t5.init_files", "read.proj_init": "model.read_proj_init",
+    "read.export_decoder": "export.t5_decoder", "read.overlapping_swaps": "data.read_overlapping_swaps"
+}
+
+
+@pytest.mark.parametrize("name", ["clic", "clic_read"])
+def test_a_run_recorded_under_the_older_flat_keys_is_the_same_run(name):
+  """A run.json of the older layout (flat keys written by hand here, and the schedule's older name) reads as today's
+  identity: no difference, nothing unmatched — so an old workdir resumes. Other methods' keys that older configs
+  carried (READ's loss weights in a CLIC run) are dropped, not reported."""
+  from compclip_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
+  from configs import clic_read  # pylint: disable=import-outside-toplevel
+  c = (clic if name == "clic" else clic_read).get_config("runlocal")
+  today = _describe(c)
+  old = {OLD_KEYS.get(k, k): v for k, v in today.items()}
+  old["optim.schedule"] = "clic"  # CLIC's recipe's schedule, under its older name
+  if name == "clic":
+    old.update({"loss.w_rec": 0.1, "t5.random": False, "data.negclip_random_caption": False})  # not CLIC's
+  assert set(old) != set(today)
+  migrated, moved = config_lib.migrate_flat(old, methods.renamed_keys(), methods.renamed_values(), set(today))
+  assert ("loss.w_uni", "clic.w_uni") in moved and ("clip_every", "clic.clip_every") in moved
+  assert migrated == today
+  assert runinfo.differences(migrated, today) == [] and runinfo.unmatched(migrated, today) == []
+
+
+def test_older_command_line_keys_are_read_as_todays(caplog):
+  from compclip_jax.cli import config_files  # pylint: disable=import-outside-toplevel
+  argv = [
+      "x", "--config=configs/read.py", "--config.t5.init=/t5", "--config.loss.w_rec=0.2",
+      "--config.optim.schedule=read", "--allow_config_change=loss.w_rec,total_steps", "--config.optim.lr=1"
+  ]
+  with caplog.at_level("WARNING"):
+    out = config_files.migrate_argv(argv)
+  assert out == [
+      "x", "--config=configs/read.py", "--config.read.t5.init=/t5", "--config.read.w_rec=0.2",
+      "--config.optim.schedule=warmup_steps_cosine", "--allow_config_change=read.w_rec,total_steps",
+      "--config.optim.lr=1"
+  ]
+  lines = [r.getMessage() for r in caplog.records if "older config keys" in r.getMessage()]
+  assert len(lines) == 1 and "t5.init → read.t5.init" in lines[0]

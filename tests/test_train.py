@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from compclip_jax import methods
+from compclip_jax.train import state
 from compclip_jax.train import checkpointing
 from compclip_jax.train import runinfo
 from compclip_jax.train import loop as train
@@ -84,7 +86,7 @@ def test_runlocal_trains_and_exports(tmp_path, method):
 def _frozen_parameters_are_untouched_and_stateless(tmp_path, c):
   """CLIC's vision tower (fp32 in :runlocal) is exported bit for bit as it was loaded and has no saved state."""
   assert c.model.frozen_dtype == "float32"
-  model = train.build_model(c)
+  model = state.build_model(c, methods.get(c.method))
   exported = safetensors.numpy.load_file(tmp_path / "export" / "hf" / "model.safetensors")
   init = {k: v for k, v in model.flat.items()}
   # the vision tower and its projection are bit-identical to the initial ones; the text side moved
@@ -429,7 +431,7 @@ def test_evals_run_before_during_and_after_training(tmp_path):
 def test_clic_read_runlocal_trains_evaluates_and_exports(tmp_path):
   """Ours (configs/clic_read.py): CLIC's alternation with READ's two terms; CLIP and the T5 decoder exported."""
   c = CONFIGS["clic_read"].get_config("runlocal")  # evaluation on: before training and at the end
-  c.export.t5_decoder = True
+  c.read.export_decoder = True
   last = train.run(c, str(tmp_path))
   assert np.isfinite(last["loss"]) and np.isfinite(last["read/rec"]) and np.isfinite(last["read/align"])
   lines = _metrics(tmp_path)

@@ -93,12 +93,9 @@ from utils.train_utils import get_optim_param_dict, get_scheduler_dict, set_data
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from compclip_jax import methods  # noqa: E402
-from compclip_jax.cli import bench_device as bd
-from compclip_jax.train import optim
-from compclip_jax.train import steps
-from compclip_jax.models import clip_config  # noqa: E402
-from configs import common  # noqa: E402
+from compclip_jax.cli import bench_device as bd  # noqa: E402
+from compclip_jax.train import config as common  # noqa: E402
+from compclip_jax.train import sharding  # noqa: E402
 
 RUNS = int(sys.argv[1])
 OPTS = dict(a.split("=", 1) for a in sys.argv[2:])
@@ -185,17 +182,13 @@ def ref_step(data_iter: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ ours
-cfg = clip_config.named("ViT-B-32-quickgelu")
 f32 = jnp.float32
-graphdef, trainable, frozen = bd.build(bd.Point("clic", "", cfg, B), f32, f32, ATTN, False)  # CLIP kind: same split
-schedule = optim.clic_schedule(1000)
-tx = optim.make_optimizer(schedule, jax.tree.map(lambda x: x.ndim >= 2, trainable), bd.ADAMW)
-state = steps.TrainState(jnp.int32(0), trainable, jax.jit(tx.init)(trainable), jax.random.PRNGKey(0))
-norm = (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
 ours, our_batches = {}, {}
-for kind in ("clic", "clic_clip"):
-  step = jax.jit(steps.make_step(methods.step_kind(kind), graphdef, tx, schedule, norm, bd.LOSS), donate_argnums=(0,))
-  hb = bd.host_batch(bd.Point(kind, "", cfg, B), np.random.default_rng(1))
+mesh = sharding.make_mesh(data=1, fsdp=1)  # one device, as the official step runs
+for kind in ("clic", "clic_clip"):  # CLIC's config and recipe, the steps training builds (train/state.py)
+  step, st = bd.step_of(bd.Point(kind, "", "ViT-B-32-quickgelu", B), f32, f32, ATTN, False, mesh, abstract=False)
+  state, frozen, trainable = st.state, st.frozen, st.state.trainable
+  hb = bd.host_batch(bd.Point(kind, "", "ViT-B-32-quickgelu", B), np.random.default_rng(1))
   for width in (77, 32):
     b = dict(hb, ids=hb["ids"][..., -width:])  # EOT stays last: the pooled position at any width
     our_batches[(kind, width)] = jax.device_put(b)
@@ -226,7 +219,7 @@ def _our_sets():
                      for k in [tuple(getattr(e, "key", getattr(e, "idx", e)) for e in k)]]
   rx = lambda pats, s: any(re.fullmatch(p, s) for p in pats)
   tr = [(n, s, "wd" if rx(common.DECAY_2D, n) else "no_wd") for n, s in flat(trainable)]
-  for n, s, g in tr:  # the project's rules (configs/common.py) vs the ndim rule used in this harness's optimiser
+  for n, s, g in tr:  # the project's rules (train/config.py) vs the ndim rule used in this harness's optimiser
     assert (g == "wd") == (len(s) >= 2) == (not rx(common.NO_DECAY_2D, n)) and rx(common.CLIP_TEXT, n), (n, s, g)
   fr = flat(frozen)
   for n, _ in fr:  # configs/clic.py: optim.trainable = CLIP_TEXT, optim.frozen = CLIP_VISION

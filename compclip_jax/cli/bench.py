@@ -249,14 +249,10 @@ def bench_train(config, runs: int, peak_tflops: float) -> None:
 
 def bench_components(config, text_len: int, runs: int) -> None:
   """The CLIC step's parts at the config's model (model.random), image size, batch, dtypes and attention."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
   from compclip_jax.cli import bench_device  # pylint: disable=import-outside-toplevel
-  from compclip_jax.models import clip_config  # pylint: disable=import-outside-toplevel
   m = config.model
-  cfg = clip_config.tiny() if m.random == "tiny" else clip_config.named(m.random)
-  cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=config.data.image_size))
-  bench_device.components(cfg, config.batch_size, text_len, m.text_compute_dtype or m.compute_dtype, m.frozen_dtype,
-                          m.attention, runs)
+  bench_device.components(m.random, config.batch_size, text_len, m.text_compute_dtype or m.compute_dtype,
+                          m.frozen_dtype, m.attention, runs)
 
 
 def main(argv):
@@ -265,7 +261,7 @@ def main(argv):
     raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train|device [flags]")
   if argv[1] == "device":
     from compclip_jax.cli import bench_device  # pylint: disable=import-outside-toplevel
-    bench_device.main(["--smoke"] if _SMOKE.value else [])
+    bench_device.benchmark(smoke=_SMOKE.value)
     return
   if argv[1] == "train":
     if _CONFIG.value is None:

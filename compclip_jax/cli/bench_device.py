@@ -21,38 +21,31 @@ reuses the project's real step functions (steps.make_step with the methods' step
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
 import time
-import types
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import app, flags
 from flax import nnx
 
 from compclip_jax import methods
-from compclip_jax.train import optim
-from compclip_jax.train import sharding
-from compclip_jax.train import steps
+from compclip_jax.cli import app as cli
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import CLIP, DTypes
-from compclip_jax.methods.read.model import READModel
 from compclip_jax.models.t5 import T5Config
+from compclip_jax.train import config as config_lib
+from compclip_jax.train import sharding, state, steps
 
 # Dense bf16 peak FLOP/s per device by `jax.devices()[0].device_kind` (spec sheets; substring match, first wins).
 PEAK_FLOPS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("TPU v4", 275e12), ("TPU v5 lite", 197e12),
               ("TPU v5e", 197e12), ("TPU v5p", 459e12), ("TPU v5", 459e12), ("TPU v6", 918e12))
 COLUMNS = ("step", "model", "global batch", "samples/s", "step time (ms)", "TFLOP/step", "MFU", "peak mem/device (GiB)",
            "compile (s)", "notes")
-# The reference recipes' loss weights (configs/common.py; METHODS §1.3, §2.3); the benchmark does not read configs.
-LOSS = types.SimpleNamespace(w_cont=0.5, w_sneg=0.5, w_uni=1.0, w_con=1.0, w_rec=0.1, w_align=0.5,
-                             align_direction="para_to_orig", t5_dropout=True)
-ADAMW = types.SimpleNamespace(grad_clip=0.0, b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1)
 T5_LARGE = T5Config(vocab_size=32128, d_model=1024, d_kv=64, d_ff=2816, num_decoder_layers=24, num_heads=16)
 TEXT_LEN = 77
 
@@ -69,19 +62,22 @@ class Point:
   """One benchmark row: a step kind at a model shape and global batch."""
   kind: str  # "clic" | "clic_clip" | "read"
   model: str  # display name
-  cfg: clip_config.CLIPConfig
+  random: str  # model.random: "tiny" or an open_clip name
   batch: int
-  t5: T5Config | None = None
+  t5: T5Config | None = None  # READ's decoder (v1.1 proportions: d_model, layers, vocab)
+
+  @property
+  def cfg(self) -> clip_config.CLIPConfig:
+    return clip_config.tiny() if self.random == "tiny" else clip_config.named(self.random)
 
 
 def points(smoke: bool) -> list[Point]:
   if smoke:
-    b32 = clip_config.tiny()
-    l14 = b32.replace(vision=dataclasses.replace(b32.vision, layers=3, width=96, heads=4, mlp_dim=192))
-    t5 = T5Config(vocab_size=512, d_model=64, d_kv=16, d_ff=176, num_decoder_layers=2, num_heads=4)
+    b32 = l14 = "tiny"
+    t5 = T5Config.v1_1(64, 2, 512)
     sizes, names = (8,), ("tiny", "tiny-L")  # one batch per row group: compiling dominates a CPU smoke run
   else:
-    b32, l14, t5 = clip_config.named("ViT-B-32-quickgelu"), clip_config.named("ViT-L-14-quickgelu"), T5_LARGE
+    b32, l14, t5 = "ViT-B-32-quickgelu", "ViT-L-14-quickgelu", T5_LARGE
     sizes, names = (256, 800), ("ViT-B/32", "ViT-L/14")
   rows = [Point(kind, names[0], b32, b) for kind in ("clic", "clic_clip") for b in sizes]
   rows += [Point("read", names[0] + " + T5 v1.1-large" * (not smoke), b32, b, t5) for b in sizes]
@@ -90,22 +86,39 @@ def points(smoke: bool) -> list[Point]:
 
 
 # ------------------------------------------------------------------------------------------------ model and state
-def _trainable(kind: str) -> Callable[[str], bool]:
-  """Which parameters train: CLIC's text side (configs/clic.py) or all of CLIP + W for READ (configs/read.py)."""
-  if kind == "read":
-    return lambda path: not path.startswith("decoder.")
-  return lambda path: path.startswith(("text_model.", "text_projection.", "logit_scale"))
+METHOD_OF = {"clic": "clic", "clic_clip": "clic", "read": "read"}  # the method whose recipe a row's kind runs
+
+
+def point_config(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool):
+  """The training config of a row: its method's config and recipe (configs/<method>.py), a random model, the row's
+  batch, dtypes, attention and remat, READ's decoder at the row's size."""
+  method = methods.get(METHOD_OF[p.kind])
+  c = config_lib.base(method)
+  getattr(methods, method.name).config.recipe(c)
+  c.model.random, c.data.image_size, c.batch_size = p.random, p.cfg.vision.image_size, p.batch
+  c.model.compute_dtype, c.model.frozen_dtype = jnp.dtype(compute_dtype).name, jnp.dtype(frozen_dtype).name
+  c.model.attention, c.model.remat_text = attention, remat
+  if p.t5 is not None:
+    c.read.t5.random, c.read.t5.random_d_model = True, p.t5.d_model
+    c.read.t5.random_layers, c.read.t5.random_vocab = p.t5.num_decoder_layers, p.t5.vocab_size
+  return c
 
 
 def build(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool):
-  """(graphdef, trainable state fp32, frozen state in `frozen_dtype`) of a randomly initialised model."""
-  dt = DTypes(compute=compute_dtype)  # parameters are created fp32; the frozen ones are cast below
-  clip = CLIP(p.cfg, rngs=nnx.Rngs(0), text_dtypes=dt, vision_dtypes=dt, remat_text=remat, attention=attention)
-  model = clip if p.t5 is None else READModel(clip, p.t5, rngs=nnx.Rngs(1), t5_dtypes=dt, t5_attention=attention)
-  is_trainable = _trainable(p.kind)
-  graphdef, trainable, frozen = nnx.split(model, lambda path, _: is_trainable(".".join(map(str, path))), ...)
-  frozen = jax.tree.map(lambda x: x.astype(frozen_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, frozen)
+  """(graphdef, trainable state fp32, frozen state in `frozen_dtype`) of a randomly initialised model, split by the
+  method's own rules (train/state.py, as training does)."""
+  c = point_config(p, compute_dtype, frozen_dtype, attention, remat)
+  graphdef, trainable, frozen, _ = state.split_parameters(c, state.build_model(c, methods.get(c.method)))
   return graphdef, trainable, frozen
+
+
+def step_of(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool, mesh, abstract: bool):
+  """(jitted step of p.kind, its state.State): built by train/state.py exactly as training builds them."""
+  c = point_config(p, compute_dtype, frozen_dtype, attention, remat)
+  method = methods.get(c.method)
+  model = state.build_model(c, method)
+  st = state.build_state(c, model, mesh, 1000, abstract=abstract)
+  return state.jit_steps(c, method, model, st, mesh)[p.kind], st
 
 
 def host_batch(p: Point, rng: np.random.Generator) -> dict:
@@ -140,24 +153,14 @@ def device_memory() -> int | None:
 
 def compile_point(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool, mesh):
   """(compiled step, state, frozen, flops, peak bytes, compile seconds) of point p (AOT lower + compile)."""
-  graphdef, trainable, frozen = build(p, compute_dtype, frozen_dtype, attention, remat)
-  schedule = optim.clic_schedule(1000)
-  decay = jax.tree.map(lambda x: x.ndim >= 2, trainable)
-  tx = optim.make_optimizer(schedule, decay, ADAMW)
-  rep = sharding.replicated(mesh)
-  trainable, frozen = jax.device_put(trainable, rep), jax.device_put(frozen, rep)
-  state = steps.TrainState(jax.device_put(jnp.int32(0), rep), trainable,
-                           jax.jit(tx.init)(trainable), jax.device_put(jax.random.PRNGKey(0), rep))
-  norm = (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
-  step = jax.jit(steps.make_step(methods.step_kind(p.kind), graphdef, tx, schedule, norm, LOSS), donate_argnums=(0,),
-                 in_shardings=(rep, rep, sharding.batch_sharding(mesh)), out_shardings=(rep, None))
+  step, st = step_of(p, compute_dtype, frozen_dtype, attention, remat, mesh, abstract=False)
   abstract_batch = {
       k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in host_batch(p, np.random.default_rng(0)).items()
   }
   t0 = time.perf_counter()
-  compiled = step.lower(state, frozen, abstract_batch).compile()
+  compiled = step.lower(st.state, st.frozen, abstract_batch).compile()
   seconds = time.perf_counter() - t0
-  return compiled, state, frozen, steps.compiled_flops(compiled), steps.compiled_peak_bytes(compiled), seconds
+  return compiled, st.state, st.frozen, steps.compiled_flops(compiled), steps.compiled_peak_bytes(compiled), seconds
 
 
 def time_point(compiled, state, frozen, p: Point, mesh, n_steps: int, warmup: int) -> float:
@@ -181,8 +184,8 @@ def _fmt(x, spec: str) -> str:
   return "" if x is None else format(x, spec)
 
 
-def run(smoke: bool = False, n_steps: int = 5, warmup: int = 2, budget_s: float = 420.0, dtype: str = "bfloat16",
-        attention: str = "auto", only: Sequence[str] = (), out=sys.stdout) -> list[dict]:
+def benchmark(smoke: bool = False, n_steps: int = 5, warmup: int = 2, budget_s: float = 420.0, dtype: str = "bfloat16",
+              attention: str = "auto", only: Sequence[str] = (), out=sys.stdout) -> list[dict]:
   """Runs every point (or those whose step kind is in `only`) and prints the Markdown table; returns its rows."""
   start = time.perf_counter()
   compute = jnp.dtype(dtype)
@@ -265,28 +268,16 @@ def memory(model: str = "ViT-L-14-quickgelu", batch: int = 800, fsdp: int = -1, 
   """
   compute = jnp.dtype(compute_dtype)
   frozen_dtype = jnp.dtype(jnp.bfloat16) if compute == jnp.bfloat16 else compute
-  p = Point("clic", model, clip_config.named(model), batch)
+  p = Point("clic", model, model, batch)
   mesh = sharding.make_mesh(data=1, fsdp=fsdp)
-  graphdef, trainable, frozen = nnx.eval_shape(lambda: build(p, compute, frozen_dtype, attention, remat))
-  tx = optim.make_optimizer(optim.clic_schedule(1000), jax.tree.map(lambda x: x.ndim >= 2, trainable), ADAMW)
-  abstract_state = steps.TrainState(jax.ShapeDtypeStruct((), jnp.int32), trainable, jax.eval_shape(tx.init, trainable),
-                                    jax.eval_shape(lambda: jax.random.PRNGKey(0)))
-  state_sh = sharding.state_shardings(mesh, abstract_state)
-  frozen_sh = sharding.state_shardings(mesh, frozen)
+  step, st = step_of(p, compute, frozen_dtype, attention, remat, mesh, abstract=True)
   batch_sh = sharding.batch_sharding(mesh)
-  with_sh = lambda tree, sh: jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
   abstract_batch = {
-      k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh)
+      k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=batch_sh)
       for k, v in host_batch(dataclasses.replace(p, batch=2), np.random.default_rng(0)).items()
   }
-  abstract_batch = {
-      k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=batch_sh) for k, v in abstract_batch.items()
-  }
-  norm = (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
-  step = jax.jit(steps.make_step(methods.step_kind("clic"), graphdef, tx, optim.clic_schedule(1000), norm, LOSS),
-                 in_shardings=(state_sh, frozen_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=(0,))
   t0 = time.perf_counter()
-  compiled = step.lower(with_sh(abstract_state, state_sh), with_sh(frozen, frozen_sh), abstract_batch).compile()
+  compiled = step.lower(st.state, st.frozen, abstract_batch).compile()
   peak_b = steps.compiled_peak_bytes(compiled)
   result = {
       "model": model, "global batch": batch, "devices": jax.device_count(), "mesh": dict(mesh.shape),
@@ -300,30 +291,26 @@ def memory(model: str = "ViT-L-14-quickgelu", batch: int = 800, fsdp: int = -1, 
   return result
 
 
-def component_fns(cfg: clip_config.CLIPConfig, batch: int, text_len: int = TEXT_LEN, compute_dtype="float32",
-                  frozen_dtype="float32", attention: str = "explicit") -> dict[str, Callable[[], object]]:
+def component_fns(random: str, batch: int, text_len: int = TEXT_LEN, compute_dtype="float32", frozen_dtype="float32",
+                  attention: str = "explicit") -> dict[str, Callable[[], object]]:
   """{part: compiled and warmed-up thunk} of the CLIC step's parts, each jitted alone: the frozen vision forward on
   B images, the text forward + backward on the 5B texts, the loss and its gradient on the embeddings, the AdamW
-  update, and the whole step."""
-  p = Point("clic", "", cfg, batch)
+  update, and the whole step (model.random = `random`, built by train/state.py)."""
+  p = Point("clic", "", random, batch)
   compute, frozen_dt = jnp.dtype(compute_dtype), jnp.dtype(frozen_dtype)
-  graphdef, trainable, frozen = build(p, compute, frozen_dt, attention, False)
+  step, st = step_of(p, compute, frozen_dt, attention, False, sharding.make_mesh(data=-1, fsdp=1), abstract=False)
+  graphdef, trainable, frozen, tx, opt_state = st.graphdef, st.state.trainable, st.frozen, st.tx, st.state.opt_state
   hb = host_batch(p, np.random.default_rng(0))
   hb["ids"] = hb["ids"][..., -text_len:]  # keep EOT last: the pooled position is the last one at any width
   norm = (clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
-  schedule = optim.clic_schedule(1000)
-  tx = optim.make_optimizer(schedule, jax.tree.map(lambda x: x.ndim >= 2, trainable), ADAMW)
-  opt_state = tx.init(trainable)
-  kind = methods.step_kind("clic")
-  step = jax.jit(steps.make_step(kind, graphdef, tx, schedule, norm, LOSS))
-  state = steps.TrainState(jnp.int32(0), trainable, opt_state, jax.random.PRNGKey(0))
+  state_ = st.state
   merged = lambda tr: nnx.merge(graphdef, tr, frozen)
-  from compclip_jax.methods import losses  # pylint: disable=import-outside-toplevel
+  from compclip_jax.methods.clic import losses  # pylint: disable=import-outside-toplevel
   from compclip_jax.methods import base  # pylint: disable=import-outside-toplevel
 
   vision = jax.jit(lambda tr, px: merged(tr).encode_image(base.normalize_images(px, *norm), normalize=True))
   texts = base.stacked(jnp.asarray(hb["ids"]))
-  d = cfg.embed_dim
+  d = p.cfg.embed_dim
   cot = jnp.asarray(np.random.default_rng(1).standard_normal((texts.shape[0], d)), jnp.float32)
   text_fb = jax.jit(jax.value_and_grad(lambda tr: jnp.sum(merged(tr).encode_text(texts, normalize=True) * cot)))
   img = jax.block_until_ready(vision(trainable, hb["image"]))
@@ -337,7 +324,7 @@ def component_fns(cfg: clip_config.CLIPConfig, batch: int, text_len: int = TEXT_
       "vision forward (frozen)": lambda: vision(trainable, hb["image"]),
       f"text forward + backward ({texts.shape[0]} × {text_len})": lambda: text_fb(trainable),
       "loss + gradient": lambda: loss(img, txt), "AdamW update": lambda: adamw(grads, opt_state, trainable),
-      "whole CLIC step": lambda: step(state, frozen, hb)
+      "whole CLIC step": lambda: step(jax.tree.map(jnp.copy, state_), frozen, hb)
   }
   for fn in parts.values():
     jax.block_until_ready(fn())  # compile + warm up
@@ -355,11 +342,11 @@ def round_robin(parts: dict[str, Callable[[], object]], runs: int) -> dict[str, 
   return {k: statistics.median(v) for k, v in times.items()}
 
 
-def components(cfg: clip_config.CLIPConfig, batch: int, text_len: int = TEXT_LEN, compute_dtype="float32",
-               frozen_dtype="float32", attention: str = "explicit", runs: int = 7, out=sys.stdout) -> dict:
+def components(random: str, batch: int, text_len: int = TEXT_LEN, compute_dtype="float32", frozen_dtype="float32",
+               attention: str = "explicit", runs: int = 7, out=sys.stdout) -> dict:
   """Median seconds of the CLIC step and of its parts (component_fns), timed round-robin (docs/performance.md,
   "CPU profile"). The parts add up to more than the step: XLA fuses across them."""
-  med = round_robin(component_fns(cfg, batch, text_len, compute_dtype, frozen_dtype, attention), runs)
+  med = round_robin(component_fns(random, batch, text_len, compute_dtype, frozen_dtype, attention), runs)
   print(
       f"CLIC step components, B={batch}, {text_len} tokens, compute {compute_dtype}, frozen {frozen_dtype}, "
       f"attention {attention}, {jax.devices()[0].platform}; median of {runs} round-robin runs:", file=out)
@@ -374,28 +361,35 @@ def markdown_table(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  ap = argparse.ArgumentParser(prog="python -m compclip_jax.bench_device", description=__doc__.split("\n")[0])
-  ap.add_argument("--smoke", action="store_true", help="tiny widths and batches (seconds on a CPU)")
-  ap.add_argument("--steps", type=int, default=5, help="timed steps per row (median reported)")
-  ap.add_argument("--warmup", type=int, default=2, help="untimed steps after compilation")
-  ap.add_argument("--budget_s", type=float, default=420.0, help="rows not started by then are skipped")
-  ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="compute dtype, both towers")
-  ap.add_argument("--attention", default="auto", choices=("explicit", "xla", "cudnn", "auto"))
-  ap.add_argument("--only", default="", help="comma-separated step kinds (clic, clic_clip, read)")
-  ap.add_argument("--memory", action="store_true", help="instead: AOT peak memory of the FSDP ViT-L/14 CLIC step")
-  ap.add_argument("--memory_model", default="ViT-L-14-quickgelu")
-  ap.add_argument("--memory_batch", type=int, default=800)
-  ap.add_argument("--remat", action="store_true", help="--memory: rematerialise the text tower")
-  a = ap.parse_args(argv)
-  if a.memory:
-    memory(a.memory_model, a.memory_batch, compute_dtype=a.dtype, remat=a.remat)
+def _define_flags():
+  """The command's flags (defined when it runs, not on import: bench.py imports this module)."""
+  f = flags
+  return dict(smoke=f.DEFINE_bool("smoke", False, "tiny widths and batches (seconds on a CPU)"),
+              steps=f.DEFINE_integer("steps", 5, "timed steps per row (median reported)"),
+              warmup=f.DEFINE_integer("warmup", 2, "untimed steps after compilation"),
+              budget_s=f.DEFINE_float("budget_s", 420.0, "rows not started by then are skipped"),
+              dtype=f.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "compute dtype, both towers"),
+              attention=f.DEFINE_enum("attention", "auto", ["explicit", "xla", "cudnn", "auto"], "attention"),
+              only=f.DEFINE_list("only", [], "step kinds (clic, clic_clip, read)"),
+              memory=f.DEFINE_bool("memory", False, "instead: AOT peak memory of the FSDP ViT-L/14 CLIC step"),
+              memory_model=f.DEFINE_string("memory_model", "ViT-L-14-quickgelu", "--memory: the model"),
+              memory_batch=f.DEFINE_integer("memory_batch", 800, "--memory: the global batch"),
+              remat=f.DEFINE_bool("remat", False, "--memory: rematerialise the text tower"))
+
+
+def main(argv, fl: dict) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  v = {k: f.value for k, f in fl.items()}
+  if v["memory"]:
+    memory(v["memory_model"], v["memory_batch"], compute_dtype=v["dtype"], remat=v["remat"])
     return
-  run(a.smoke, a.steps, a.warmup, a.budget_s, a.dtype, a.attention, tuple(k for k in a.only.split(",") if k))
+  benchmark(v["smoke"], v["steps"], v["warmup"], v["budget_s"], v["dtype"], v["attention"], tuple(v["only"]))
 
 
-def run() -> None:
-  main()
+def run(argv: Sequence[str] | None = None) -> None:
+  fl = _define_flags()
+  app.run(cli.guard(lambda a: main(a, fl)), argv=list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ _PRETRAIN = flags.DEFINE_string(
 _DIAGNOSE = flags.DEFINE_string(
     "diagnose", None, "Instead: the probes and bag-of-words gap of a CLIP (alone or 'shipped': the shipped model; "
     "or an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's held-out scenes.")
-_NEGATIVE_KINDS = flags.DEFINE_bool(
-    "negative_kinds", False, "Instead: count what CLIC's hard negatives swap on <workdir>/world's captions.")
+_NEGATIVE_KINDS = flags.DEFINE_bool("negative_kinds", False,
+                                    "Instead: count what CLIC's hard negatives swap on <workdir>/world's captions.")
 _DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
 _OPTIONS = {
     f.name: _DEFINE[type(f.default)](f.name, f.default, f"DemoOptions.{f.name}")

@@ -7,8 +7,9 @@ from absl import app, flags
 from compclip_jax.cli import app as cli
 from compclip_jax.data import synthetic
 
-_T5_TOKENIZER = flags.DEFINE_string("t5_tokenizer", None, "Write the random T5 decoder's SentencePiece model, trained "
-                                    "on the world's fixed vocabulary, to this .model file.", required=True)
+_T5_TOKENIZER = flags.DEFINE_string(
+    "t5_tokenizer", None, "Write the random T5 decoder's SentencePiece model, trained "
+    "on the world's fixed vocabulary, to this .model file.", required=True)
 
 
 def main(argv) -> None:

@@ -9,11 +9,12 @@ global `jax.Array`s.
 - The step kind (compclip_jax/methods/, `PipelineConfig.kind`) says what a record becomes: its sample builder, whether
   it takes a partner, whether it has a T5 target; the pipeline tokenises the sample's texts (CLIP), its "paraphrase"
   (CLIP) and its "target" (T5) whatever the kind.
-- One order for all step kinds (METHODS §1.4): CLIC's CLIC and CLIP steps each have a pipeline, but both read the
-  same shuffled order, each taking its own global batches of it (`PipelineConfig.period` / `slots`, `interleave`):
-  step g's batch is global batch g whatever its kind, so each row is used once per epoch, alternately by the two.
+- One order for all step kinds (METHODS §1.4): a method that alternates kinds has a pipeline per kind, but all read
+  the same shuffled order, each taking its own global batches of it (`PipelineConfig.period` / `slots`, `interleave`):
+  step g's batch is global batch g whatever its kind, so each row is used once per epoch, by one of them.
   A skipped record is refilled from the same kind's next positions, so a pipeline never reads another's rows.
-- CLIC partners (METHODS §1.2 step 2): drawn uniformly from a bucket → indices table of same-orientation records.
+- Partners (a kind whose sample takes a second record, METHODS §1.2 step 2): drawn uniformly from a bucket →
+  indices table of same-orientation records.
 - Bad records never stop a run and are never silent: the transform returns a skip marker, the main process counts it
   by reason (`SkipCounter`, which fails the run past `max_skip_fraction`) and fills the batch with the next sample.
 """
@@ -29,7 +30,6 @@ import grain
 import numpy as np
 from absl.flags import UnparsedFlagAccessError
 
-from compclip_jax.data import negatives as neg
 from compclip_jax.data import samples
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import BadRecord, SkipCounter
@@ -38,14 +38,12 @@ from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 if TYPE_CHECKING:  # the data layer does not import the methods (which import it); kinds arrive as objects
   from compclip_jax.methods.base import StepKind
 
-NEG_KINDS = (neg.CROSS, neg.FALLBACK_SINGLE, neg.SINGLE, neg.READ_RULE, neg.NONE, neg.READ_OVERLAP_SKIPPED,
-             neg.READ_OVERLAP_NONE, neg.READ_GARBLED)  # append only: checkpointed counters are by name
 PARTNER_RETRIES = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
-  kind: StepKind  # methods/ (e.g. methods.clic.STEP); its name keys the layout and the data state
+  kind: StepKind  # a method's step kind (compclip_jax/methods/); its name keys the layout and the data state
   batch_size: int  # global batch; each process builds batch_size / process_count
   seed: int = 0
   num_epochs: int | None = None  # None: repeat forever
@@ -54,7 +52,7 @@ class PipelineConfig:
   num_workers: int = 0
   max_skip_fraction: float = 0.05
   t5_max_length: int = 77
-  options: samples.SampleOptions = samples.SampleOptions()
+  options: samples.ImageOptions = samples.ImageOptions()  # the kind's (`StepKind.options`): what `sample` gets
   # Of every `period` consecutive global batches of the shuffled order, this pipeline builds those at `slots`
   # (`interleave`); pipelines that share an order need the same seed, batch size and num_epochs.
   period: int = 1
@@ -70,7 +68,7 @@ class PipelineConfig:
 
 
 def interleave(cycle: Sequence[str]) -> dict[str, tuple[int, tuple[int, ...]]]:
-  """Step kinds of one period of a schedule (kind names, e.g. CLIC's clic, clic_clip) → {kind: (period, slots)} for
+  """Step kinds of one period of a schedule (kind names, in the order the steps run them) → {kind: (period, slots)} for
   `PipelineConfig`: step g takes global batch g of the one shared order from the pipeline of kind cycle[g % period].
   """
   return {k: (len(cycle), tuple(i for i, x in enumerate(cycle) if x == k)) for k in dict.fromkeys(cycle)}
@@ -121,8 +119,7 @@ class SampleTransform:
     out = {"image": s["image"], "ids": ids, "truncated": np.int32(truncated)}
     if "neg_valid" in s:
       out["neg_valid"] = np.asarray(s["neg_valid"], bool)
-      # one kind per sample (CLIC, NegCLIP) or per negative (READ: a list)
-      out["neg_kind"] = np.asarray([NEG_KINDS.index(k) for k in np.atleast_1d(s["neg_kind"])], np.int8)
+      out["neg_kind"] = [str(k) for k in np.atleast_1d(s["neg_kind"])]  # one per sample, or one per negative
     if "paraphrase" in s:
       out["para_ids"] = self.tok([s["paraphrase"]])[0]
     if self.cfg.kind.t5_target:  # the decoder's input is this shifted right, on device (models/t5.shift_right)
@@ -221,7 +218,7 @@ class Batches:
       self.skips.ok()
       self.truncated += int(x.pop("truncated"))
       if "neg_kind" in x:
-        self.neg_kinds.update(NEG_KINDS[int(k)] for k in x.pop("neg_kind"))
+        self.neg_kinds.update(x.pop("neg_kind"))
       items.append(x)
       records.append(record)
       positions.append(position)
@@ -237,11 +234,11 @@ class Batches:
   def restore(self, state: dict) -> None:
     saved = state.get("layout")
     if saved is None:
-      logging.warning("pipeline state without a layout (written before CLIC's CLIC and CLIP steps shared one order): "
+      logging.warning("pipeline state without a layout (written before alternating step kinds shared one order): "
                       "resuming it continues with other rows than the run that wrote it")
     elif json.loads(json.dumps(saved)) != json.loads(json.dumps(self.layout)):
       raise ValueError(f"the checkpointed pipeline read {saved}, this run reads {self.layout}: seed, batch size or "
-                       "CLIC alternation (clip_every) changed, so resuming would not continue the same stream; use a "
+                       "the alternation of step kinds changed, so resuming would not continue the same stream; use a "
                        "new workdir or the original settings")
     self._it = iter(self._ds)
     self._it.set_state(state["grain"])

@@ -32,8 +32,7 @@ from compclip_jax.data.images import Preprocess, has_transparency
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import BadRecord
 from compclip_jax.data.samples import half_image
-from compclip_jax.data.sources import PREPARED_FORMAT, PREPARED_META, CocoSource, CsvSource, encode_record, \
-    read_paraphrases
+from compclip_jax.data.sources import PREPARED_FORMAT, PREPARED_META, CsvSource, encode_record
 
 MANIFEST = "manifest.json"
 # Every file prepare writes into --out (and their temp files): what --rebuild may delete, and nothing else.

@@ -28,7 +28,6 @@ import ast
 import copy
 import dataclasses
 import json
-import logging
 import os
 from collections import Counter
 
@@ -39,9 +38,9 @@ from compclip_jax import methods
 from compclip_jax.cli import config_files
 from compclip_jax.demo import plots as demo_plots
 from compclip_jax.demo import shipped
-from compclip_jax.cli import host_memory
 from compclip_jax.data import synthetic
 from compclip_jax.errors import UserError
+from compclip_jax.train import config as config_lib
 from compclip_jax.train import loop as train
 from compclip_jax.train.metrics import tag as metric_tag
 
@@ -81,10 +80,14 @@ class DemoOptions:
   decoder_lr: float = 1e-3
 
 
-def _common():
-  config_files.ensure_importable()  # the installed package's copy of configs/ when not run from a checkout
-  from configs import common  # pylint: disable=import-outside-toplevel
-  return common
+def as_method(c, name: str):
+  """`c` for another method: that method's config (its own sections, at their defaults) with `c`'s shared sections
+  (model, data, optim, …) and the sections both have."""
+  out = config_lib.base(methods.get(name))
+  for k in c.keys():
+    if k != "method" and k in out:
+      out[k] = copy.deepcopy(c[k])
+  return out
 
 
 def _on_world(c, workdir: str, world: str = "world", binding_noise: float = 0.0):
@@ -101,20 +104,21 @@ def _pretrain_config(c, workdir: str, opts: DemoOptions, steps: int, world: str 
   """A pretraining stage's config: `c`'s world, batch, lr (warm-up, cosine decay), no benchmarks."""
   p = _on_world(c, workdir, world, noise)
   p.batch_size, p.total_steps = opts.pretrain_batch, steps
-  p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "read", opts.pretrain_lr, max(1, steps // 20)
-  common = _common()
+  p.optim.schedule, p.optim.lr, p.optim.warmup_steps = "warmup_steps_cosine", opts.pretrain_lr, max(1, steps // 20)
   p.optim.trainable, p.optim.frozen = (r".*",), ()  # both towers (stage 3 narrows it)
-  p.optim.decay, p.optim.no_decay = common.DECAY_2D, common.NO_DECAY_2D
+  p.optim.decay, p.optim.no_decay = config_lib.DECAY_2D, config_lib.NO_DECAY_2D
   p.evals.benchmarks = ()
   p.checkpoint.every_steps = max(1, steps // 4)
   return p
 
 
-def _collage_contrastive(p) -> None:
+def _collage_contrastive(p):
   """CLIC's data with only its contrastive term (no negatives, no paraphrase term), alternating with CLIP steps on
   single images: plain contrastive learning on singles and collages."""
-  p.method, p.data.synthetic_format, p.clip_every = "clic", "csv", 1
-  p.loss.w_cont, p.loss.w_sneg, p.loss.w_uni = 1.0, 0.0, 0.0
+  p = as_method(p, "clic")
+  p.data.synthetic_format, p.clic.clip_every = "csv", 1
+  p.clic.w_cont, p.clic.w_sneg, p.clic.w_uni = 1.0, 0.0, 0.0
+  return p
 
 
 def _export(run_dir: str) -> str:
@@ -137,7 +141,7 @@ def new_text_tower(src: str, out: str, seed: int) -> str:
   from compclip_jax.weights import params  # pylint: disable=import-outside-toplevel
   cfg, flat, tok, pre, _ = loading.load_clip_params(src)
   model = CLIP(cfg, rngs=nnx.Rngs(seed))
-  text = re.compile("|".join(f"(?:{r})" for r in _common().CLIP_TEXT))
+  text = re.compile("|".join(f"(?:{r})" for r in config_lib.CLIP_TEXT))
   fresh = params.flat_params(model)
   merged = {k: (fresh[k] if text.fullmatch(k) else v) for k, v in flat.items()}
   loading.save_clip(params.fill_in_place(model, merged), out, "hf", tokenizer=tok, preprocess=pre)
@@ -150,20 +154,17 @@ def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
   root = os.path.join(workdir, "pretrained")
   stages = {k: os.path.join(root, k) for k in ("collages", "binding", "text")}
   if not _done(stages["collages"]):
-    p = _pretrain_config(c, workdir, opts, opts.collage_steps)
-    _collage_contrastive(p)
+    p = _collage_contrastive(_pretrain_config(c, workdir, opts, opts.collage_steps))
     p.model.random, p.model.init = opts.model, ""
     train.run(p, stages["collages"])
   if not _done(stages["binding"]):
-    p = _pretrain_config(c, workdir, opts, opts.binding_steps)
-    p.method, p.data.synthetic_format, p.clip_every = "negclip", "coco", 0
+    p = as_method(_pretrain_config(c, workdir, opts, opts.binding_steps), "negclip")
+    p.data.synthetic_format = "coco"
     p.model.random, p.model.init = "", _export(stages["collages"])
     train.run(p, stages["binding"])
   if not _done(stages["text"]):
-    p = _pretrain_config(c, workdir, opts, opts.text_steps, "world_bag", opts.bag_noise)
-    _collage_contrastive(p)
-    common = _common()
-    p.optim.trainable, p.optim.frozen = common.CLIP_TEXT, common.CLIP_VISION
+    p = _collage_contrastive(_pretrain_config(c, workdir, opts, opts.text_steps, "world_bag", opts.bag_noise))
+    p.optim.trainable, p.optim.frozen = config_lib.CLIP_TEXT, config_lib.CLIP_VISION
     p.model.random = ""
     p.model.init = new_text_tower(_export(stages["binding"]), os.path.join(root, "text_init"), c.seed + 1)
     train.run(p, stages["text"])
@@ -171,20 +172,20 @@ def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
 
 
 def pretrain_decoder(c, workdir: str, clip_init: str, opts: DemoOptions = DemoOptions()) -> str:
-  """READ's decoder: a random tiny T5 v1.1 decoder (`t5.random`, the bundled SentencePiece model) trained with the
+  """READ's decoder: a random tiny T5 v1.1 decoder (`read.t5.random`, the bundled SentencePiece model) trained with the
   reconstruction loss alone on the frozen pretrained CLIP; cached. Returns its HF T5 directory."""
   out = os.path.join(workdir, "pretrained_t5")
   export = os.path.join(out, "export", "t5")
   if os.path.exists(os.path.join(export, "model.safetensors")):
     return export
-  p = _on_world(c, workdir)
-  p.method, p.data.synthetic_format = "read", "coco"
-  p.model.random, p.model.init, p.t5.init, p.t5.random = "", clip_init, "", True
+  p = as_method(_on_world(c, workdir), "read")
+  p.data.synthetic_format = "coco"
+  p.model.random, p.model.init, p.read.t5.init, p.read.t5.random = "", clip_init, "", True
   p.optim.trainable, p.optim.frozen = (r"decoder\..*", r"proj\.kernel"), (r"clip\..*",)
   p.optim.no_decay = tuple(p.optim.no_decay) + (r"decoder\..*layer_norm\.weight",)  # T5's RMSNorm scales
-  p.loss.w_con, p.loss.w_rec, p.loss.w_align = 0.0, 1.0, 0.0
+  p.read.w_con, p.read.w_rec, p.read.w_align = 0.0, 1.0, 0.0
   p.total_steps, p.optim.lr, p.optim.warmup_steps = opts.decoder_steps, opts.decoder_lr, 20
-  p.export.hf, p.export.t5_decoder = False, True
+  p.export.hf, p.read.export_decoder = False, True
   p.evals.benchmarks = ()
   train.run(p, out)
   return export
@@ -196,7 +197,7 @@ def starting_point(c, workdir: str, opts: DemoOptions = DemoOptions()) -> tuple[
   if not opts.from_scratch:
     return shipped.check(shipped.SHIPPED)
   clip = pretrain(c, workdir, opts)
-  return clip, (pretrain_decoder(c, workdir, clip, opts) if methods.get(c.method).decoder else "")
+  return clip, (pretrain_decoder(c, workdir, clip, opts) if methods.get(c.method).extend_model else "")
 
 
 def write_pretrained(c, workdir: str, out: str, opts: DemoOptions) -> dict:
@@ -206,8 +207,7 @@ def write_pretrained(c, workdir: str, out: str, opts: DemoOptions) -> dict:
   import subprocess  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
   t0 = time.time()
-  c = copy.deepcopy(c)
-  c.method = "read"  # the decoder too
+  c = as_method(c, "read")  # the decoder too
   clip = pretrain(c, workdir, opts)
   t5 = pretrain_decoder(c, workdir, clip, opts)
   flags = [
@@ -240,8 +240,8 @@ def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions()) -> d
   clip, t5 = starting_point(c, workdir, opts)
   f = _on_world(c, workdir)
   f.model.random, f.model.init = "", clip
-  if methods.get(c.method).decoder:
-    f.t5.init, f.t5.random = t5, False
+  if methods.get(c.method).extend_model is not None:
+    f.read.t5.init, f.read.t5.random = t5, False
   run_dir = os.path.join(workdir, name)
   train.run(f, run_dir)
   return report(run_dir, workdir, name)
@@ -254,8 +254,9 @@ def run_with_control(c, workdir: str, name: str, opts: DemoOptions = DemoOptions
   if control:
     k = demo_config(control)
     k.seed = c.seed
-    for o in overrides:
-      _override(k, o)
+    for o in overrides:  # a key of the method's own section does not apply to its control
+      if o.partition("=")[0].split(".")[0] in k:
+        override(k, o)
     run(k, workdir, control, opts)
   return run(c, workdir, name, opts)
 
@@ -303,8 +304,7 @@ def demo_config(name: str):
   "clip_all" (plain contrastive fine-tuning of all of CLIP)."""
   if name == "clip_all":
     c = config_files.load("clip").get_config("demo")
-    common = _common()
-    c.optim.trainable, c.optim.frozen = common.CLIP_TEXT + common.CLIP_VISION, ()
+    c.optim.trainable, c.optim.frozen = config_lib.CLIP_TEXT + config_lib.CLIP_VISION, ()
     return c
   if name not in config_files.names():
     raise UserError(f"no config named {name!r} (known: {', '.join(config_files.names())}, clip_all)")
@@ -451,6 +451,7 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
   the kind of word the cross swap moved between the two sentences (colour, shape, size, relation, other), or
   "within one sentence" (the fallback single swap), or "none" (no negative; masked)."""
   from compclip_jax.data import negatives  # pylint: disable=import-outside-toplevel
+  from compclip_jax.methods.clic import negatives as clic_negatives  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.sources import CsvSource  # pylint: disable=import-outside-toplevel
   src = CsvSource(csv_path, image_root="")  # the captions as training reads them (cleaned, lower-cased)
   firsts = [sentences[0] for _, sentences in src.rows]
@@ -459,8 +460,8 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
   counts: Counter = Counter()
   for _ in range(n):
     i, j = (int(k) for k in rng.integers(len(firsts), size=2))
-    negative, how = negatives.clic_negative(analyses[i], analyses[j], rng)
-    if negative is None or how != negatives.CROSS:
+    negative, how = clic_negatives.clic_negative(analyses[i], analyses[j], rng)
+    if negative is None or how != clic_negatives.CROSS:
       kind = "none" if negative is None else "within one sentence"
     else:
       moved = _moved_word(analyses[i].text(), negative)

@@ -1,7 +1,7 @@
-"""What a training method is: `StepKind` (one kind of train step: record → sample → loss) and `Method` (its step
-kinds, their alternation, its metric names, extra model parts and config checks), plus the encoding helpers the
-methods' losses share. The trainer, the step builder, the pipeline and the metric writer take these objects and never
-name a method (docs/architecture.md, "methods/").
+"""What a training method is: `StepKind` (one kind of train step: record → sample → loss), `Section` (a config
+section of its own) and `Method` (its step kinds, their alternation, its metric names, config sections, extra model
+parts), plus the encoding helpers the methods' losses share. The trainer, the step builder, the pipeline and the
+metric writer take these objects and never name a method (docs/architecture.md, "methods/").
 """
 from __future__ import annotations
 
@@ -14,23 +14,27 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from compclip_jax.data.samples import SampleOptions, Tagger
+from compclip_jax.data.samples import ImageOptions, Tagger
 from compclip_jax.models.clip import CLIP
 
-# (record, partner record or None, rng, tagger, options) → {"image": uint8 [S, S, 3], "texts": [str], …}
-# (the builders of data/samples.py)
-SampleFn = Callable[[dict, dict | None, np.random.Generator, Tagger | None, SampleOptions], dict]
-# (merged model, global batch, this step's rng, (mean, std), config.loss) → (loss [], metrics {name: []})
-LossFn = Callable[[nnx.Module, dict, jax.Array, tuple, Any], tuple[jax.Array, dict]]
+# (record, partner record or None, rng, tagger, the kind's options) → {"image": uint8 [S, S, 3], "texts": [str], …}
+SampleFn = Callable[[dict, dict | None, np.random.Generator, Tagger | None, Any], dict]
+# (merged model, global batch, this step's rng, (mean, std), the run's config) → (loss [], metrics {name: []})
+LossFn = Callable[[nnx.Module, dict, jax.Array, tuple, ml_collections.ConfigDict], tuple[jax.Array, dict]]
 
 
-def model_normalization(opts: SampleOptions, mean, std) -> tuple[tuple, tuple]:
+def image_options(c: ml_collections.ConfigDict, image_size: int) -> ImageOptions:
+  """The options every kind's builder gets: the model's input size and `data.alpha_premultiplied_resize`."""
+  return ImageOptions(image_size, bool(c.data.alpha_premultiplied_resize))
+
+
+def model_normalization(opts, mean, std) -> tuple[tuple, tuple]:
   """The model's own preprocessing constants (METHODS §1.4: CLIP steps, NegCLIP, READ)."""
   del opts
   return tuple(mean), tuple(std)
 
 
-def no_partner(opts: SampleOptions) -> bool:
+def no_partner(opts) -> bool:
   del opts
   return False
 
@@ -41,11 +45,13 @@ class StepKind:
   name: str  # pipeline layout, data-state and `loss/<name>` key: checkpointed, never rename
   sample: SampleFn
   loss: LossFn
+  # (config, the model's input size) → the picklable options its `sample` gets (an ImageOptions or an extension)
+  options: Callable[[ml_collections.ConfigDict, int], ImageOptions] = image_options
   # (options, model mean, model std) → the (mean, std) the step applies on device to the batch's uint8 images
-  normalization: Callable[[SampleOptions, Any, Any], tuple[tuple, tuple]] = model_normalization
-  partner: Callable[[SampleOptions], bool] = no_partner  # True: the sample takes a same-orientation partner record
+  normalization: Callable[[Any, Any, Any], tuple[tuple, tuple]] = model_normalization
+  partner: Callable[[Any], bool] = no_partner  # True: the sample takes a same-orientation partner record
   t5_target: bool = False  # the sample has a "target" caption the T5 tokenizer encodes (the decoder's target)
-  # its images follow data.alpha_premultiplied_resize; False: alpha is always dropped before resizing (READ)
+  # its images follow data.alpha_premultiplied_resize; False: alpha is always dropped before resizing
   alpha_from_config: bool = True
 
 
@@ -54,11 +60,28 @@ def no_problems(c: ml_collections.ConfigDict) -> list[str]:
   return []
 
 
-def decoder_problems(c: ml_collections.ConfigDict) -> list[str]:
-  """A method with READ's decoder needs a T5 v1.1 checkpoint, or a random decoder asked for (t5.random: :runlocal)."""
-  if not c.t5.init and not c.t5.random:
-    return [f"{c.method} needs t5.init: an HF T5 v1.1 directory (e.g. google/t5-v1_1-large downloaded locally)"]
-  return []
+@dataclasses.dataclass(frozen=True)
+class Section:
+  """A method's own config section, `config.<name>`: its defaults, its checks, the keys it took over from the flat
+  layout of older versions (`renamed`: old dotted key → new one, so old workdirs and command lines carry over), the
+  keys a checkpoint cannot continue with when changed (`fixed`) and its values for a smoke run (`runlocal`)."""
+  name: str
+  defaults: Callable[[], dict]
+  problems: Callable[[ml_collections.ConfigDict], list[str]] = no_problems  # given the whole config
+  renamed: tuple[tuple[str, str], ...] = ()
+  # (key, old value, new value): values older versions named after this method (e.g. its schedule's old name)
+  renamed_values: tuple[tuple[str, object, object], ...] = ()
+  fixed: tuple[str, ...] = ()
+  runlocal: Callable[[ml_collections.ConfigDict], None] | None = None  # applied to the whole config
+
+
+@dataclasses.dataclass
+class Extension:
+  """What a method builds around CLIP (`Method.extend_model`): the whole model and its initial parameters."""
+  abstract: nnx.Module  # shape only
+  flat: dict  # {dotted path: numpy array} of the whole model, CLIP's parameters included
+  t5_tokenizer: Any = None  # the tokenizer of the samples' "target" captions, where the method has one
+  export_info: Any = None  # handed back to `Method.export_parts` (e.g. the decoder's config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,12 +92,18 @@ class Method:
   console_terms: tuple[str, ...]  # loss terms the console line shows: metric `x/<term>` for each term
   # config → the step kinds of one period of the schedule: step g runs cycle[g % len(cycle)] (METHODS §1.4)
   cycle: Callable[[ml_collections.ConfigDict], tuple[StepKind, ...]] | None = None
-  decoder: bool = False  # READ's W + frozen T5 decoder around CLIP (models/read.READModel)
-  # (config, workdir, T5 config, T5 tokenizer, flat {path: array} of the whole model) → CLIP's own flat parameters,
-  # after writing what else the method exports (READ: the decoder, when export.t5_decoder)
+  sections: tuple[Section, ...] = ()  # its config sections (config.<section.name>)
+  # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg) → a CLIP module) → Extension: the model the
+  # steps train (e.g. READ's CLIP + W + frozen T5 decoder); None: CLIP itself
+  extend_model: Callable[..., Extension] | None = None
+  # (config, workdir, export_info, t5 tokenizer, flat {path: array} of the whole model) → CLIP's own flat parameters,
+  # after writing what else the method exports (READ: the decoder, when read.export_decoder)
   export_parts: Callable[..., dict] | None = None
   needs_parse: bool = False  # its negatives need the dependency parse (noun chunks) of a prepared source
-  validate: Callable[[ml_collections.ConfigDict], list[str]] = no_problems  # the method's own config problems
+
+  def problems(self, c: ml_collections.ConfigDict) -> list[str]:
+    """Every problem of the method's config sections (each section's own checks)."""
+    return [e for s in self.sections for e in s.problems(c)]
 
   def schedule(self, c: ml_collections.ConfigDict) -> tuple[StepKind, ...]:
     return self.cycle(c) if self.cycle is not None else self.kinds[:1]

@@ -298,3 +298,8 @@ class CLIP(nnx.Module):
     txt = self.encode_text(ids, normalize=True)
     logits_per_image = jnp.exp(self.logit_scale[...]) * img @ txt.T
     return logits_per_image, logits_per_image.T
+
+
+def clip_of(model: nnx.Module) -> CLIP:
+  """The CLIP inside a model: the model itself, or a wrapper's `.clip` (a method's model around CLIP)."""
+  return model if isinstance(model, CLIP) else model.clip

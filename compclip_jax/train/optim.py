@@ -16,6 +16,8 @@ import optax
 from compclip_jax.errors import UserError
 from compclip_jax.weights.params import tree_path_str
 
+SCHEDULES = ("warmup_frac_cosine", "warmup_steps_cosine", "constant")
+
 
 class RuleError(UserError, ValueError):
   pass
@@ -44,9 +46,10 @@ def assign(paths: Iterable[str], groups: dict[str, Sequence[str]]) -> dict[str, 
   return out
 
 
-def clic_schedule(total_steps: int, peak: float = 1e-6, start: float = 1e-7, end: float = 1e-8,
-                  warmup_frac: float = 0.2) -> optax.Schedule:
-  """METHODS §1.4: linear warm-up start → peak over the first 20 % of optimiser steps, then cosine to `end`."""
+def warmup_frac_cosine(total_steps: int, peak: float = 1e-6, start: float = 1e-7, end: float = 1e-8,
+                       warmup_frac: float = 0.2) -> optax.Schedule:
+  """Linear warm-up start → peak over the first `warmup_frac` of the optimiser steps, then cosine to `end` (CLIC's
+  recipe, METHODS §1.4)."""
   warmup = max(1, int(round(warmup_frac * total_steps)))
   return optax.join_schedules([
       optax.linear_schedule(start, peak, warmup),
@@ -54,20 +57,21 @@ def clic_schedule(total_steps: int, peak: float = 1e-6, start: float = 1e-7, end
   ], [warmup])
 
 
-def read_schedule(total_steps: int, peak: float = 1e-5, warmup_steps: int = 50) -> optax.Schedule:
-  """METHODS §2.4: linear warm-up 0 → peak over 50 steps, then cosine to 0 (transformers' cosine-with-warmup)."""
+def warmup_steps_cosine(total_steps: int, peak: float = 1e-5, warmup_steps: int = 50) -> optax.Schedule:
+  """Linear warm-up 0 → peak over `warmup_steps`, then cosine to 0 (transformers' cosine-with-warmup; READ's recipe,
+  METHODS §2.4)."""
   return optax.warmup_cosine_decay_schedule(0.0, peak, min(warmup_steps, total_steps - 1),
                                             max(total_steps, warmup_steps + 1), end_value=0.0)
 
 
 def make_schedule(kind: str, total_steps: int, cfg) -> optax.Schedule:
-  if kind == "clic":
-    return clic_schedule(total_steps, cfg.lr, cfg.start_lr, cfg.end_lr, cfg.warmup_frac)
-  if kind == "read":
-    return read_schedule(total_steps, cfg.lr, cfg.warmup_steps)
+  if kind == "warmup_frac_cosine":
+    return warmup_frac_cosine(total_steps, cfg.lr, cfg.start_lr, cfg.end_lr, cfg.warmup_frac)
+  if kind == "warmup_steps_cosine":
+    return warmup_steps_cosine(total_steps, cfg.lr, cfg.warmup_steps)
   if kind == "constant":
     return optax.constant_schedule(cfg.lr)
-  raise ValueError(f"optim.schedule {kind!r}: use clic, read or constant")
+  raise ValueError(f"optim.schedule {kind!r}: use one of {SCHEDULES}")
 
 
 def make_optimizer(schedule: optax.Schedule, decay_mask, cfg) -> optax.GradientTransformation:

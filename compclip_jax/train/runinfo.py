@@ -42,7 +42,8 @@ NEUTRAL = (
     # represented by the resolved values of the fingerprint (total_steps) or there under the same name
     "num_epochs")
 # Differences no checkpoint can continue with: another model, another optimiser state tree, other data pipelines.
-FIXED = ("method", "model.params", "optim.trainable_set", "clip_every")
+# (and the keys a method's config section lists as `fixed`, e.g. its alternation of step kinds: `check(fixed=…)`)
+FIXED = ("method", "model.params", "optim.trainable_set")
 KERNEL_LAYOUT = "out_in"  # dense kernels as torch stores them (compclip_jax/models/layers.py)
 STALE_S = 15 * 60  # a lock from another host whose heartbeat is older than this is abandoned
 
@@ -117,8 +118,8 @@ def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_rec
   # [out, in], so only this field tells a workdir of the old layout from one of the current (models/layers.py).
   flat["model.params"] = {"count": len(param_shapes), "digest": _digest(shapes), "kernel_layout": KERNEL_LAYOUT}
   flat["optim.trainable_set"] = {"count": len(trainable), "digest": _digest(sorted(trainable))}
-  flat["model.init_files"] = file_identity(c["model"]["init"])
-  flat["t5.init_files"] = file_identity(c["t5"]["init"])
+  for key in [k for k in flat if k == "init" or k.endswith(".init")]:  # model.init, a method's own checkpoints
+    flat[f"{key}_files"] = file_identity(flat[key])
   if c["data"]["source"] != "synthetic":  # a synthetic world is defined by its size and seed, compared above
     flat["data.files"] = file_identity(c["data"]["path"])
   flat["data.records"] = int(data_records)
@@ -145,12 +146,14 @@ def _show(v) -> str:
   return s if len(s) <= 100 else s[:97] + "..."
 
 
-def check(diffs: list, allow: tuple[str, ...], workdir: str) -> list:
-  """Raises RunMismatch unless every difference is allowed; returns the (allowed) differences."""
+def check(diffs: list, allow: tuple[str, ...], workdir: str, fixed_keys: tuple[str, ...] = ()) -> list:
+  """Raises RunMismatch unless every difference is allowed (a key of FIXED or `fixed_keys` never is); returns the
+  (allowed) differences."""
   if not diffs:
     return []
-  fixed = [d for d in diffs if d[0] in FIXED]
-  refused = [d for d in diffs if not _allowed(d[0], allow) or d[0] in FIXED]
+  never = FIXED + tuple(fixed_keys)
+  fixed = [d for d in diffs if d[0] in never]
+  refused = [d for d in diffs if not _allowed(d[0], allow) or d[0] in never]
   if not refused:
     return diffs
   lines = [
@@ -158,7 +161,7 @@ def check(diffs: list, allow: tuple[str, ...], workdir: str) -> list:
       f"({os.path.join(workdir, RUN_FILE)}):"
   ]
   lines += [
-      f"  {k}: was {_show(a)}, now {_show(b)}" + ("  [cannot be continued]" if k in FIXED else "") for k, a, b in diffs
+      f"  {k}: was {_show(a)}, now {_show(b)}" + ("  [cannot be continued]" if k in never else "") for k, a, b in diffs
   ]
   lines.append("Nothing was changed in the workdir. Ways out:")
   lines.append("  - start this config in a new --workdir (the old run stays as it is);")

@@ -26,14 +26,14 @@ class TrainState:
 
 
 def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransformation, schedule: optax.Schedule,
-              norm: tuple, loss_cfg) -> Callable:
-  """The (unjitted) step function of `kind`, its images normalised with `norm` = (mean, std); `train.py` jits it
-  with shardings and donation."""
+              norm: tuple, c) -> Callable:
+  """The (unjitted) step function of `kind`, its images normalised with `norm` = (mean, std), its loss reading the
+  run's config `c` (its method's section); train/state.py jits it with shardings and donation."""
   def step(state: TrainState, frozen, batch: dict) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
 
     def objective(trainable):
-      return kind.loss(nnx.merge(graphdef, trainable, frozen), batch, rng, norm, loss_cfg)
+      return kind.loss(nnx.merge(graphdef, trainable, frozen), batch, rng, norm, c)
 
     (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.trainable)
     updates, opt_state = tx.update(grads, state.opt_state, state.trainable)

@@ -2,46 +2,54 @@
 
 One CLIC step, record → loss:
 
-1. sample (data/samples.clic_sample): record i and a partner j of the same orientation (METHODS §1.2 steps 1–2;
+1. sample (methods/clic/samples.py): record i and a partner j of the same orientation (METHODS §1.2 steps 1–2;
    the pipeline draws j because `partner` says so) are squashed to halves and concatenated into one S × S image in a
    coin-flip order (step 3); five texts [p1, p2, p3, p4, n]: p1 = i.first + j.first, p2 = j.first + i.first, p3 / p4
    two extra sentences of each, n the cross-caption word swap of the first sentences (step 6; `neg_valid` False
-   when none could be made). `clic_concat=False` is the single-image ablation (METHODS §1.5).
+   when none could be made). `clic.concat=False` is the single-image ablation (METHODS §1.5).
 2. images normalised with ImageNet's constants, as the reference does for every backbone (step 4;
-   `data.clic_imagenet_normalization=False`: the model's own) — `normalization` below.
+   `clic.imagenet_normalization=False`: the model's own) — `normalization` below.
 3. the 5B texts are encoded stacked set by set [p1 (B); p2 (B); p3 (B); p4 (B); n (B)], image and text embeddings
    L2-normalised; s = exp(logit_scale).
-4. loss = w_cont·L_cont + w_sneg·L_S-Neg + w_uni·L_Uni (0.5, 0.5, 1; METHODS §1.3, losses.clic_loss): contrastive
+4. loss = w_cont·L_cont + w_sneg·L_S-Neg + w_uni·L_Uni (0.5, 0.5, 1; METHODS §1.3, methods/clic/losses.py): contrastive
    over the 4 positive sets, the negative against its own image only, p1 and p2 pulled together.
 
 The CLIP step (METHODS §1.4) is plain CLIP's (methods/clip.py) under its own kind, "clic_clip": the un-concatenated
-first image and sentence, symmetric InfoNCE. `clip_every` = n: n CLIC steps, then one CLIP step; 0: CLIC steps only
+first image and sentence, symmetric InfoNCE. `clic.clip_every` = n: n CLIC steps, then one CLIP step; 0: CLIC steps only
 (`cycle`). All steps read one shuffled order (data/pipeline.py): step g takes global batch g of it.
-Trainable / frozen (configs/clic.py): the text side trains, the vision tower and its projection are frozen.
+Trainable / frozen (`config.recipe`): the text side trains, the vision tower and its projection are frozen.
+Config section `clic` (methods/clic/config.py).
 """
 from __future__ import annotations
 
-from compclip_jax.methods import losses
-from compclip_jax.data import samples
+import ml_collections
+
 from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD
 from compclip_jax.methods import base
 from compclip_jax.methods import clip as clip_method
-from compclip_jax.methods.read.model import clip_of
+from compclip_jax.methods.clic import config, losses, samples
+from compclip_jax.models.clip import clip_of
 
 
-def needs_partner(opts: samples.SampleOptions) -> bool:
+def options(c: ml_collections.ConfigDict, image_size: int) -> samples.Options:
+  s = c.clic
+  return samples.Options(image_size, bool(c.data.alpha_premultiplied_resize), bool(s.concat),
+                         bool(s.imagenet_normalization), bool(s.shared_words_across_tags), bool(s.exclude_nonword))
+
+
+def needs_partner(opts: samples.Options) -> bool:
   """METHODS §1.2 step 2: a concatenated sample takes a partner record (the single-image ablation does not)."""
-  return opts.clic_concat
+  return opts.concat
 
 
-def sample(rec, partner, rng, tagger, opts) -> dict:
+def sample(rec, partner, rng, tagger, opts: samples.Options) -> dict:
   """→ {"image": uint8 [S, S, 3], "texts": [p1, p2, p3, p4, n or ""], "neg_valid": bool, "neg_kind": str}."""
-  return samples.clic_sample(rec, partner, rng, tagger, opts)
+  return samples.sample(rec, partner, rng, tagger, opts)
 
 
-def normalization(opts: samples.SampleOptions, mean, std) -> tuple[tuple, tuple]:
+def normalization(opts: samples.Options, mean, std) -> tuple[tuple, tuple]:
   """METHODS §1.2 step 4: ImageNet's constants for concatenated images (reference), unless switched off."""
-  if opts.clic_concat and opts.clic_imagenet_normalization:
+  if opts.concat and opts.imagenet_normalization:
     return IMAGENET_MEAN, IMAGENET_STD
   return tuple(mean), tuple(std)
 
@@ -54,14 +62,14 @@ def encode(model, batch: dict, norm: tuple):
   return img, txt, base.logit_scale(clip)
 
 
-def loss(model, batch: dict, rng, norm: tuple, loss_cfg) -> tuple:
+def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B] → losses.clic_loss (metrics clic/*)."""
   del rng
   img, txt, scale = encode(model, batch, norm)
-  return losses.clic_loss(img, txt, batch["neg_valid"], scale, loss_cfg.w_cont, loss_cfg.w_sneg, loss_cfg.w_uni)
+  return losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg, c.clic.w_uni)
 
 
-STEP = base.StepKind("clic", sample, loss, normalization=normalization, partner=needs_partner)
+STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner)
 CLIP_STEP = base.StepKind("clic_clip", clip_method.sample, clip_method.loss)  # model's normalisation, no partner
 
 
@@ -71,7 +79,8 @@ def cycle(clip_every: int, main: base.StepKind = STEP) -> tuple[base.StepKind, .
 
 
 def _schedule(c) -> tuple[base.StepKind, ...]:
-  return cycle(c.clip_every)
+  return cycle(c.clic.clip_every)
 
 
-METHOD = base.Method("clic", (STEP, CLIP_STEP), console_terms=("cont", "sneg", "uni"), cycle=_schedule)
+METHOD = base.Method("clic", (STEP, CLIP_STEP), console_terms=("cont", "sneg", "uni"), cycle=_schedule,
+                     sections=(config.SECTION,))

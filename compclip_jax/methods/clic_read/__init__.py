@@ -19,16 +19,22 @@ p3 / p4 are also true captions, but with facts p1 does not contain, which makes 
 Why (p3, p4) for alignment: READ's reference aligned two distinct captions of the same image (its paraphrase file was
 never read, METHODS §2.2), which is what p3 and p4 are (two other sentences of each half). (p1, p2) would repeat
 CLIC's Uni term, which already pulls p̂1 and p̂2 together.
-In the single-image ablation (`data.clic_concat=False`) p1 = p2, so y is the positive itself (READ lets y = T too).
+In the single-image ablation (`clic.concat=False`) p1 = p2, so y is the positive itself (READ lets y = T too).
 
-Alternation with CLIP steps as CLIC's (`clip_every`; the CLIP step is CLIC's "clic_clip"). Model parts: READ's
-(CLIP + W + frozen decoder, models/read.READModel; the decoder exported by `export.t5_decoder`). Trainable
-(configs/clic_read.py): CLIC's text side + W; the vision tower and the decoder are frozen.
+Alternation with CLIP steps as CLIC's (`clic.clip_every`; the CLIP step is CLIC's "clic_clip"). Model parts: READ's
+(CLIP + W + frozen decoder, methods/read/model.py; the decoder exported by `read.export_decoder`). Config sections:
+CLIC's `clic` and READ's `read` (`read.w_con` unused). Trainable (`recipe`): CLIC's text side + W; the vision tower
+and the decoder are frozen. Built from the two folders; nothing else knows this combination exists.
 """
 from __future__ import annotations
 
-from compclip_jax.methods import losses
+import ml_collections
+
 from compclip_jax.methods import base, clic, read
+from compclip_jax.methods.clic import config as clic_config
+from compclip_jax.methods.clic import losses as clic_losses
+from compclip_jax.methods.read import config as read_config
+from compclip_jax.methods.read import losses as read_losses
 from compclip_jax.models.clip import l2_normalize
 
 
@@ -38,7 +44,7 @@ def sample(rec, partner, rng, tagger, opts) -> dict:
   return {**s, "target": s["texts"][1]}
 
 
-def loss(model, batch: dict, rng, norm: tuple, loss_cfg) -> tuple:
+def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B], t5_target [B, T5] (p2) → CLIC's loss + w_rec·L_rec
   + w_align·L_align; metrics clic/* and read/rec, read/align."""
   clip = model.clip
@@ -47,22 +53,31 @@ def loss(model, batch: dict, rng, norm: tuple, loss_cfg) -> tuple:
   txt = l2_normalize(clip.text_projection(pooled))
   scale = base.logit_scale(clip)
   b = img.shape[0]
-  l_clic, metrics = losses.clic_loss(img, txt, batch["neg_valid"], scale, loss_cfg.w_cont, loss_cfg.w_sneg,
-                                     loss_cfg.w_uni)
-  dec_logits = read.reconstruction_logits(model, pooled[:b], batch["t5_target"], rng, loss_cfg)
-  l_rec = losses.token_reconstruction(dec_logits, batch["t5_target"])
-  l_align = losses.sentence_alignment(txt[3 * b:4 * b], txt[2 * b:3 * b], scale, loss_cfg.align_direction)
-  total = l_clic + loss_cfg.w_rec * l_rec + loss_cfg.w_align * l_align
+  l_clic, metrics = clic_losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg,
+                                          c.clic.w_uni)
+  dec_logits = read.reconstruction_logits(model, pooled[:b], batch["t5_target"], rng, c)
+  l_rec = read_losses.token_reconstruction(dec_logits, batch["t5_target"])
+  l_align = read_losses.sentence_alignment(txt[3 * b:4 * b], txt[2 * b:3 * b], scale, c.read.align_direction)
+  total = l_clic + c.read.w_rec * l_rec + c.read.w_align * l_align
   return total, {**metrics, "loss": total, "read/rec": l_rec, "read/align": l_align}
 
 
-STEP = base.StepKind("clic_read", sample, loss, normalization=clic.normalization, partner=clic.needs_partner,
-                     t5_target=True)
+STEP = base.StepKind("clic_read", sample, loss, options=clic.options, normalization=clic.normalization,
+                     partner=clic.needs_partner, t5_target=True)
 
 
 def _schedule(c) -> tuple[base.StepKind, ...]:
-  return clic.cycle(c.clip_every, STEP)
+  return clic.cycle(c.clic.clip_every, STEP)
+
+
+def recipe(c: ml_collections.ConfigDict) -> None:
+  """CLIC's recipe (data, batch, alternation, optimiser and schedule); CLIC's text side + W train, the vision tower
+  and the decoder are frozen (READ's model wraps CLIP: `clip.` prefix, W `proj`, the decoder `decoder.`)."""
+  clic_config.recipe(c)
+  c.optim.trainable = tuple(rf"clip\.{r}" for r in clic_config.TEXT) + (r"proj\.kernel",)
+  c.optim.frozen = tuple(rf"clip\.{r}" for r in clic_config.VISION) + (r"decoder\..*",)
 
 
 METHOD = base.Method("clic_read", (STEP, clic.CLIP_STEP), console_terms=("cont", "sneg", "uni", "rec", "align"),
-                     cycle=_schedule, decoder=True, export_parts=read.export_parts, validate=base.decoder_problems)
+                     cycle=_schedule, sections=(clic_config.SECTION, read_config.SECTION),
+                     extend_model=read.model.extend_model, export_parts=read.export_parts)

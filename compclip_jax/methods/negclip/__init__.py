@@ -1,33 +1,63 @@
 """NegCLIP as the CLIC reference runs it (METHODS §1.5 "our NegCLIP", configs/negclip.py). Record → sample → loss:
 
-1. sample (data/samples.negclip_sample): eval-transform image, a caption (the first; `negclip_random_caption`: any)
+1. sample (`sample`): eval-transform image, a caption (the first; `negclip.random_caption`: any)
    and its single-sentence swap negative n (two distinct eligible words of one POS swapped; masked when impossible);
 2. images normalised with the model's constants; texts [T (B); n (B)] encoded and L2-normalised;
 3. loss = ½(i2t + t2i): i2t = CE of each image over [B positives; B negatives] (invalid negatives masked out of the
-   denominator), t2i = CE of each positive over the B images (losses.negclip_loss). No alternation.
+   denominator), t2i = CE of each positive over the B images (methods/negclip/losses.py). No alternation.
+Config section `negclip` (`SECTION`).
 """
 from __future__ import annotations
 
-from compclip_jax.methods import losses
-from compclip_jax.data import samples
+import dataclasses
+
+import ml_collections
+
+from compclip_jax.data import negatives as neg
+from compclip_jax.data.samples import ImageOptions, analyses, model_image
 from compclip_jax.methods import base
-from compclip_jax.methods.read.model import clip_of
+from compclip_jax.methods.negclip import losses
+from compclip_jax.models.clip import clip_of
 
 
-def sample(rec, partner, rng, tagger, opts) -> dict:
-  """→ {"image", "texts": [T, n or ""], "neg_valid": bool, "neg_kind": str}."""
+def defaults() -> dict:
+  """config.negclip: METHODS §1.5 "our NegCLIP" uses the first sentence; `random_caption` draws any."""
+  return dict(random_caption=False)
+
+
+SECTION = base.Section("negclip", defaults, renamed=(("data.negclip_random_caption", "negclip.random_caption"),))
+
+
+@dataclasses.dataclass(frozen=True)
+class Options(ImageOptions):
+  random_caption: bool = False
+
+
+def options(c: ml_collections.ConfigDict, image_size: int) -> Options:
+  return Options(image_size, bool(c.data.alpha_premultiplied_resize), bool(c.negclip.random_caption))
+
+
+def sample(rec, partner, rng, tagger, opts: Options) -> dict:
+  """METHODS §1.5 "our NegCLIP": image, a caption (first by default), its single-sentence swap negative.
+  → {"image", "texts": [T, n or ""], "neg_valid": bool, "neg_kind": str}."""
   del partner
-  return samples.negclip_sample(rec, rng, tagger, opts)
+  k = int(rng.integers(len(rec["sentences"]))) if opts.random_caption else 0
+  (a,) = analyses(rec, [k], tagger)
+  n = neg.single_swap(a, rng)
+  return {
+      "image": model_image(rec, opts), "texts": [rec["sentences"][k], n or ""], "neg_valid": n is not None,
+      "neg_kind": neg.SINGLE if n is not None else neg.NONE
+  }
 
 
-def loss(model, batch: dict, rng, norm: tuple, loss_cfg) -> tuple:
+def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 2, L], neg_valid [B] → losses.negclip_loss (metrics con/*)."""
-  del rng, loss_cfg
+  del rng, c
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
   txt = clip.encode_text(base.stacked(batch["ids"]), normalize=True)  # [2B, D]
   return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip))
 
 
-STEP = base.StepKind("negclip", sample, loss)
-METHOD = base.Method("negclip", (STEP,), console_terms=())
+STEP = base.StepKind("negclip", sample, loss, options=options)
+METHOD = base.Method("negclip", (STEP,), console_terms=(), sections=(SECTION,))

@@ -6,13 +6,20 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_collections
+import numpy as np
 from flax import nnx
 
+from compclip_jax import assets
+from compclip_jax.data.tokenizers import T5Tokenizer
+from compclip_jax.errors import UserError
+from compclip_jax.methods.base import Extension
 from compclip_jax.models.clip import CLIP, DTypes
 from compclip_jax.models.layers import Linear
 from compclip_jax.models.t5 import T5Config, T5Decoder
+from compclip_jax.weights import loading, params
 
-READ_PROJ_INITS = ("torch_linear", "lecun_normal")
+PROJ_INITS = ("torch_linear", "lecun_normal")
 
 
 def torch_linear_init(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -> jax.Array:
@@ -23,14 +30,14 @@ def torch_linear_init(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32)
   return jax.random.uniform(key, shape, dtype, -bound, bound)
 
 
-def read_proj_init(name: str):
-  """The initialiser of W (`model.read_proj_init`, METHODS §2.1): "torch_linear" (the reference's nn.Linear
+def proj_init(name: str):
+  """The initialiser of W (`read.proj_init`, METHODS §2.1): "torch_linear" (the reference's nn.Linear
   default) or "lecun_normal" (truncated normal, std 1/√fan_in: the old default)."""
   if name == "torch_linear":
     return torch_linear_init
   if name == "lecun_normal":
     return nnx.initializers.lecun_normal()
-  raise ValueError(f"model.read_proj_init {name!r}: use one of {READ_PROJ_INITS}")
+  raise ValueError(f"read.proj_init {name!r}: use one of {PROJ_INITS}")
 
 
 class READModel(nnx.Module):
@@ -38,7 +45,7 @@ class READModel(nnx.Module):
                decoder: T5Decoder | None = None, t5_attention: str = "explicit"):
     self.clip = clip
     self.proj = Linear(clip.cfg.text.width, t5_cfg.d_model, use_bias=False, kernel_init=torch_linear_init,
-                       rngs=rngs)  # training sets W itself (train.build_model, `model.read_proj_init`)
+                       rngs=rngs)  # training sets W itself (`extend_model`, `read.proj_init`)
     if decoder is None:
       decoder = T5Decoder(t5_cfg, t5_dtypes, rngs=rngs, attention=t5_attention)
     self.decoder = decoder
@@ -50,6 +57,34 @@ class READModel(nnx.Module):
     return self.decoder(decoder_input_ids, self.proj(pooled)[:, None, :], dropout_rng)
 
 
-def clip_of(model) -> CLIP:
-  """The CLIP inside a model: READ's `.clip`, or the model itself."""
-  return model.clip if isinstance(model, READModel) else model
+def _decoder(c: ml_collections.ConfigDict, dt: DTypes) -> tuple[T5Config, dict, T5Tokenizer]:
+  """(config, flat parameters, tokenizer) of the frozen decoder: read.t5.init's checkpoint, or a random one."""
+  t5 = c.read.t5
+  if t5.init:
+    cfg, flat, tok = loading.load_t5_decoder_params(t5.init, dt, t5.tokenizer or None)
+    if tok is None:
+      raise UserError(f"{t5.init} has no spiece.model: copy the checkpoint's tokenizer there or set read.t5.tokenizer")
+  else:  # read.t5.random: a tiny random decoder; its tokenizer is data-independent (default: the bundled model)
+    tok = T5Tokenizer(t5.tokenizer or assets.SYNTHETIC_T5_SPIECE)
+    cfg = T5Config.v1_1(t5.random_d_model, t5.random_layers, max(int(tok.sp.get_piece_size()), t5.random_vocab))
+    flat = params.flat_params(T5Decoder(cfg, dt, rngs=nnx.Rngs(c.seed + 1)))
+  if tok.sp.get_piece_size() > cfg.vocab_size:
+    raise UserError(f"the T5 tokenizer has {tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
+                    f"{cfg.vocab_size}: read.t5.init's spiece.model and config.json do not belong together")
+  return cfg, flat, tok
+
+
+def extend_model(c: ml_collections.ConfigDict, clip_cfg, clip_flat: dict, make_clip) -> Extension:
+  """CLIP + W + the frozen T5 v1.1 decoder (`Method.extend_model`): parameters `clip.*`, `proj.kernel`, `decoder.*`.
+  The decoder computes in `model.compute_dtype`."""
+  dt = DTypes(compute=c.model.compute_dtype)
+  t5_cfg, t5_flat, t5_tok = _decoder(c, dt)
+  # drawn as [in, out], as every kernel initialiser is called; stored [out, in] (models/layers.py)
+  w = proj_init(c.read.proj_init)(jax.random.PRNGKey(c.seed + 2), (clip_cfg.text.width, t5_cfg.d_model))
+  flat = {
+      **{f"clip.{k}": v for k, v in clip_flat.items()},
+      **{f"decoder.{k}": v for k, v in t5_flat.items()}, "proj.kernel": np.asarray(w).T
+  }
+  abstract = params.abstract(
+      lambda: READModel(make_clip(clip_cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention))
+  return Extension(abstract, flat, t5_tok, t5_cfg)

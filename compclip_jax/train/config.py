@@ -1,0 +1,188 @@
+"""The run's config: the sections every method shares (`base`), the `:runlocal` / `:demo` presets, the checks of the
+shared sections, and older flat keys carried over to the method sections (`migrate`, `migrate_flat`).
+
+A config is `base(method)` (+ the method's `Section`s, config.<section>) with the method's recipe applied
+(configs/<name>.py). Everything here is values: no code path depends on which method runs.
+"""
+from __future__ import annotations
+
+import logging
+
+import ml_collections
+
+from compclip_jax.methods.base import Method
+
+# Parameter-rule regexes for CLIP (matched against dotted paths, e.g. 'text_model.encoder.layers.0.mlp.fc1.kernel').
+CLIP_TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
+CLIP_VISION = (r"vision_model\..*", r"visual_projection\..*")
+# ≥2-D weights (kernels, token/position embeddings) decay; biases, LayerNorm scales and logit_scale do not (§1.4).
+DECAY_2D = (r".*\.(kernel|embedding)",)
+NO_DECAY_2D = (r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding")
+
+
+def _model() -> dict:
+  # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained parameters and
+  # AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference numerics) | "xla" | "cudnn" |
+  # "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16); remat_policy "full" | "dots_saveable" | "none",
+  # used when remat_text
+  return dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16", compute_dtype="float32",
+              remat_text=False, text_compute_dtype="", vision_compute_dtype="", attention="explicit",
+              remat_policy="full")
+
+
+def _data() -> dict:
+  # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
+  # data.source: csv, coco, prepared (data.path) or synthetic: the generated world (compclip_jax/data/synthetic.py)
+  # of data.synthetic_size scenes seeded by `seed`, written once into data.path (default <workdir>/world), read as
+  # CLIC rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco"); synthetic_binding_noise p: each caption
+  # names the two objects with their colours exchanged with probability p (the demo's pretraining uses 0.5).
+  return dict(
+      source="csv",
+      path="",
+      image_root="",
+      paraphrases="",
+      splits=("train", "restval"),
+      num_workers=0,
+      max_skip_fraction=0.05,
+      image_size=224,
+      synthetic_size=0,
+      synthetic_format="csv",
+      synthetic_binding_noise=0.0,
+      trim_tokens=True,
+      # METHODS §1.2 steps 3, 7: images with transparency resized with alpha, then alpha dropped (reference; False:
+      # alpha dropped first); the CLIP tokenizer cleans text as open_clip (ftfy, html)
+      alpha_premultiplied_resize=True,
+      clean_text=True,
+      # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped and
+      # counted as unsupported_extension (reference filter); True admits every format PIL reads
+      any_image_format=False)
+
+
+def base(method: Method) -> ml_collections.ConfigDict:
+  """The shared sections with their defaults, plus `method`'s own sections (config.<name>)."""
+  c = ml_collections.ConfigDict()
+  c.method = method.name
+  c.seed = 0
+  c.model = _model()
+  c.data = _data()
+  c.batch_size = 800
+  c.num_epochs = 1.0
+  c.total_steps = 0  # 0: from num_epochs × records / batch_size
+  # schedule "warmup_frac_cosine": linear start_lr → lr over warmup_frac of the steps, then cosine to end_lr;
+  # "warmup_steps_cosine": linear 0 → lr over warmup_steps, then cosine to 0; "constant"
+  c.optim = dict(schedule="warmup_frac_cosine", lr=1e-6, start_lr=1e-7, end_lr=1e-8, warmup_frac=0.2, warmup_steps=50,
+                 b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, trainable=CLIP_TEXT, frozen=CLIP_VISION,
+                 decay=DECAY_2D, no_decay=NO_DECAY_2D)
+  c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
+  # asynchronous: orbax writes a checkpoint in the background once it is on the host (train/checkpointing.py)
+  c.checkpoint = dict(every_steps=200, keep=3, asynchronous=True)
+  c.log_every = 10
+  # read_ahead: the next batch is read and put on the devices while a step runs (docs/performance.md, the loop);
+  # forbid_host_sync: any device → host fetch outside the log / eval / checkpoint points is an error (the tests' runs)
+  c.loop = dict(read_ahead=True, forbid_host_sync=False)
+  c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
+  c.export = dict(hf=True, open_clip=False)
+  # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
+  # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate. Lists are tuples so that they can be
+  # overridden from the command line: --config.evals.benchmarks='("valse",)'. evals.source: "files"
+  # (evals.data_dir / image_dir) or "synthetic": the synthetic world's held-out benchmarks (evals.synthetic_size
+  # scenes seeded by seed + 1000), written once into evals.data_dir (default <workdir>/world/benchmarks).
+  c.evals = dict(benchmarks=(), every_steps=0, source="files", data_dir="", image_dir="", synthetic_size=0,
+                 tie="strict", batch_size=64)
+  for s in method.sections:
+    c[s.name] = s.defaults()
+  return c
+
+
+ARGS = ("", "runlocal", "demo")
+
+
+def with_arg(c: ml_collections.ConfigDict, arg: str, method: Method) -> ml_collections.ConfigDict:
+  """Applies the `:arg` of `--config=configs/<name>.py:arg`."""
+  if arg == "runlocal":
+    return runlocal(c, method)
+  if arg == "demo":
+    return demo(c, method)
+  if arg:
+    raise ValueError(f"configs/{method.name}.py: unknown argument {arg!r} (use one of {ARGS})")
+  return c
+
+
+def runlocal(c: ml_collections.ConfigDict, method: Method, world_size: int = 64) -> ml_collections.ConfigDict:
+  """A tiny random model on the synthetic world (written into the workdir), in the format the method reads (CLIC
+  rows, or COCO JSON + paraphrases), evaluated on its held-out benchmarks: a minute on a laptop CPU."""
+  c.model.random = "tiny"
+  c.model.frozen_dtype = "float32"
+  for s in method.sections:
+    if s.runlocal is not None:
+      s.runlocal(c)
+  c.data.source, c.data.synthetic_format, c.data.synthetic_size = "synthetic", c.data.source, world_size
+  c.data.image_size = 32
+  c.batch_size = 8
+  c.total_steps = 6
+  c.log_every = 2
+  c.checkpoint.every_steps = 3
+  c.optim.lr = 1e-4
+  c.optim.start_lr, c.optim.end_lr = 1e-5, 1e-6
+  c.optim.warmup_steps = 2
+  c.evals.benchmarks = ("sugarcrepe", "sugarcrepe_pp", "coco_retrieval")
+  c.evals.source, c.evals.synthetic_size = "synthetic", 32  # held-out scenes of the same world, real formats
+  return c
+
+
+def demo(c: ml_collections.ConfigDict, method: Method) -> ml_collections.ConfigDict:
+  """The fine-tuning step of the synthetic-world demo (`python -m compclip_jax.demo`, which brings the model it
+  starts from and points data.path / evals.data_dir at one shared world): config values only."""
+  runlocal(c, method)
+  c.data.synthetic_size = 16000
+  c.data.image_size = 64
+  c.evals.synthetic_size = 300
+  c.evals.every_steps = 100
+  c.batch_size = 32
+  # A short fine-tuning from a converged model, as in the papers (9,600 samples: 0.6 passes over the world). One
+  # recipe for every method (linear warm-up, cosine decay). With 1,000 steps at lr 5e-4 the plain-contrastive
+  # control itself reaches what the frozen vision tower allows (docs/demo.md) and every text-side method ties with it.
+  c.total_steps = 300
+  c.log_every = 25
+  c.checkpoint.every_steps = 100
+  c.optim.schedule, c.optim.lr, c.optim.warmup_steps = "warmup_steps_cosine", 1e-4, 20
+  return c
+
+
+# ------------------------------------------------------------------------------------------- older flat keys
+def rename(key: str, renamed: tuple[tuple[str, str], ...]) -> str | None:
+  """Today's name of an older dotted `key` (an entry of `renamed` ending in "." renames a prefix), or None."""
+  for old, new in renamed:
+    if key == old or (old.endswith(".") and key.startswith(old)):
+      return new + key[len(old):]
+  return None
+
+
+def new_value(key: str, value, renamed_values) -> object:
+  """Today's value of an older one (`Section.renamed_values`: e.g. a schedule once named after a method)."""
+  for k, old, new in renamed_values:
+    if k == key and value == old:
+      return new
+  return value
+
+
+def migrate_flat(flat: dict, renamed: tuple[tuple[str, str], ...], renamed_values=(),
+                 keep: set | None = None) -> tuple[dict, list]:
+  """A flat {dotted key: value} (a recorded run identity) with older keys and values renamed; renamed keys not in
+  `keep` (another method's sections, which older configs carried) are dropped. → (migrated, [(old, new)])."""
+  out, moved = {}, []
+  for k, v in flat.items():
+    new = rename(k, renamed)
+    if new is not None:
+      moved.append((k, new))
+      if keep is not None and new not in keep:
+        continue
+      k = new
+    out[k] = new_value(k, v, renamed_values)
+  return out, moved
+
+
+def warn_renamed(moved: list, where: str) -> None:
+  """One warning line naming every older key of `where` and what it is now."""
+  if moved:
+    logging.warning("%s uses older config keys, read as today's: %s", where, ", ".join(f"{a} → {b}" for a, b in moved))

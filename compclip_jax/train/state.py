@@ -1,0 +1,157 @@
+"""The trainer's state, built in one place: the model (CLIP, or the method's model around it) and its initial
+parameters, the trainable / frozen split (every parameter matched by exactly one rule), the optimiser, the shardings
+and the jitted step of each step kind — real (training) or abstract (shapes and shardings only: compile checks and
+benchmarks, nothing allocated). `train`, `bench` and `bench_device` all call `build_state`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from compclip_jax.data.images import Preprocess
+from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.errors import UserError
+from compclip_jax.methods import Method
+from compclip_jax.models import clip_config
+from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.train import optim, sharding, steps
+from compclip_jax.weights import loading, params
+
+
+@dataclasses.dataclass
+class Model:
+  """What training needs to know about the model it builds."""
+  abstract: nnx.Module
+  flat: dict  # initial parameters (numpy, stored dtype): the frozen ones are exported from here, bit for bit
+  clip_cfg: clip_config.CLIPConfig
+  tokenizer: CLIPTokenizer
+  t5_tokenizer: T5Tokenizer | None
+  preprocess_mean: tuple
+  preprocess_std: tuple
+  export_info: object = None  # the method's (Extension.export_info), handed to its export_parts
+
+  @property
+  def preprocess(self) -> Preprocess:
+    """The model's eval transform (input size, mean, std): what evaluation and the export use."""
+    return Preprocess(self.clip_cfg.vision.image_size, tuple(self.preprocess_mean), tuple(self.preprocess_std))
+
+
+def clip_factory(c: ml_collections.ConfigDict):
+  """cfg → a CLIP module with the run's dtypes, attention and remat settings."""
+  m = c.model
+  text_dt = DTypes(compute=m.text_compute_dtype or m.compute_dtype)
+  vision_dt = DTypes(compute=m.vision_compute_dtype or m.compute_dtype)
+  return lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt, remat_text=m.
+                          remat_text, attention=m.attention, remat_policy=m.remat_policy)
+
+
+def _random_clip_config(c: ml_collections.ConfigDict) -> clip_config.CLIPConfig:
+  cfg = clip_config.tiny() if c.model.random == "tiny" else clip_config.named(c.model.random)
+  if cfg.vision.image_size != c.data.image_size:
+    cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
+  return cfg
+
+
+def build_model(c: ml_collections.ConfigDict, method: Method) -> Model:
+  """CLIP from model.init (or random: model.random), around it the method's model (`Method.extend_model`)."""
+  make_clip = clip_factory(c)
+  if c.model.init:
+    abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
+    cfg, flat, tok, pre, _ = loading.load_clip_params(c.model.init, c.model.model_name or None, c.model.activation or
+                                                      None, abstract_clip)
+    if tok is None:
+      raise UserError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
+    mean, std = pre.mean, pre.std
+  else:
+    cfg = _random_clip_config(c)
+    flat = params.flat_params(make_clip(cfg))
+    tok, mean, std = CLIPTokenizer.default(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD
+  tok = tok.with_cleaning(c.data.clean_text)  # METHODS §1.2 step 7: open_clip's ftfy / html cleaning
+  if method.extend_model is None:
+    return Model(params.abstract(lambda: make_clip(cfg)), flat, cfg, tok, None, mean, std)
+  ext = method.extend_model(c, cfg, flat, make_clip)
+  return Model(ext.abstract, ext.flat, cfg, tok, ext.t5_tokenizer, mean, std, ext.export_info)
+
+
+@dataclasses.dataclass
+class State:
+  """The sharded state (`steps.TrainState`), the frozen parameters, their shardings, the optimiser and the graph."""
+  graphdef: nnx.GraphDef
+  state: steps.TrainState  # real arrays, or jax.ShapeDtypeStruct with shardings (abstract)
+  frozen: nnx.State
+  state_sh: steps.TrainState  # a TrainState of shardings
+  frozen_sh: object
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  trainable_paths: list[str]
+
+
+def split_parameters(c: ml_collections.ConfigDict, model: Model):
+  """(graphdef, trainable, frozen in model.frozen_dtype, {trainable path: decay group}) by the config's rules: each
+  parameter matched by exactly one of optim.trainable / optim.frozen, each trainable one by exactly one of
+  optim.decay / optim.no_decay (optim.RuleError lists every one that is not)."""
+  groups = optim.assign(model.flat, {"trainable": c.optim.trainable, "frozen": c.optim.frozen})
+  trainable_paths = [p for p, g in groups.items() if g == "trainable"]
+  decay = optim.assign(trainable_paths, {"decay": c.optim.decay, "no_decay": c.optim.no_decay})
+  is_trainable = lambda path, _: groups.get(".".join(map(str, path))) == "trainable"
+  graphdef, trainable, frozen = nnx.split(params.fill(model.abstract, model.flat), is_trainable, ...)
+  frozen_dtype = jnp.dtype(c.model.frozen_dtype)
+  frozen = jax.tree.map(lambda x: x.astype(frozen_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, frozen)
+  return graphdef, trainable, frozen, decay
+
+
+def _abstract(tree, shardings):
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.Mesh, total_steps: int,
+                abstract: bool = False) -> State:
+  """Parameter rules, optimiser and shardings; the state on the devices, or (`abstract`) only its shapes and
+  shardings. Optimiser moments get their parameter's sharding (the size rule depends on the shape only)."""
+  graphdef, trainable, frozen, decay = split_parameters(c, model)
+  logging.info("parameters: %s trainable, %s frozen (%s)", f"{sum(x.size for x in jax.tree.leaves(trainable)):,}",
+               f"{sum(x.size for x in jax.tree.leaves(frozen)):,}", c.model.frozen_dtype)
+  schedule = optim.make_schedule(c.optim.schedule, total_steps, c.optim)
+  tx = optim.make_optimizer(schedule, optim.decay_mask_tree(trainable, decay), c.optim)
+  train_sh = sharding.state_shardings(mesh, trainable, c.mesh.min_fsdp_size)
+  frozen_sh = sharding.state_shardings(mesh, frozen, c.mesh.min_fsdp_size)
+  opt_sh = sharding.state_shardings(mesh, jax.eval_shape(tx.init, trainable), c.mesh.min_fsdp_size)
+  rep = sharding.replicated(mesh)
+  state_sh = steps.TrainState(rep, train_sh, opt_sh, rep)
+  paths = [".".join(map(str, p)) for p, _ in nnx.to_flat_state(trainable)]
+  if abstract:
+    state = steps.TrainState(jax.ShapeDtypeStruct((), jnp.int32), trainable, jax.eval_shape(tx.init, trainable),
+                             jax.eval_shape(lambda: jax.random.PRNGKey(0)))
+    return State(graphdef, _abstract(state, state_sh), _abstract(frozen, frozen_sh), state_sh, frozen_sh, tx, schedule,
+                 paths)
+  trainable = jax.device_put(trainable, train_sh)
+  state = steps.TrainState(jax.device_put(jnp.int32(0), rep), trainable,
+                           jax.jit(tx.init, out_shardings=opt_sh)(trainable),
+                           jax.device_put(jax.random.PRNGKey(c.seed), rep))
+  return State(graphdef, state, jax.device_put(frozen, frozen_sh), state_sh, frozen_sh, tx, schedule, paths)
+
+
+def jit_steps(c: ml_collections.ConfigDict, method: Method, model: Model, st: State, mesh) -> dict:
+  """kind name → jax.jit(step) of every kind the config runs (state donated), compiled on first use. Each kind's
+  images are normalised with its own constants (METHODS §1.2 step 4: CLIC's ImageNet ones by default)."""
+  size = model.clip_cfg.vision.image_size
+  batch_sh = sharding.batch_sharding(mesh)
+  out = {}
+  for k in method.step_kinds(c):
+    norm = k.normalization(k.options(c, size), model.preprocess_mean, model.preprocess_std)
+    out[k.name] = jax.jit(steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, c),
+                          in_shardings=(st.state_sh, st.frozen_sh, batch_sh), out_shardings=(st.state_sh, None),
+                          donate_argnums=(0,))
+  return out
+
+
+def initial_flat(model: Model) -> dict:
+  """{path: (shape, dtype)} of every parameter (the run's fingerprint)."""
+  return {k: (np.shape(v), np.asarray(v).dtype) for k, v in model.flat.items()}

@@ -1,0 +1,194 @@
+"""`setup(config, workdir)` → Trainer: the config checked (every problem at once), the mesh, the data (one pipeline
+per step kind over one shared order), the model and the sharded state (train/state.py), the jitted steps.
+
+The method (compclip_jax/methods/, `config.method`) says what is trained: its step kinds and their alternation,
+each kind's samples, image normalisation and loss, its extra model parts. Nothing here names a method.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+
+import jax
+import ml_collections
+from jax.experimental import multihost_utils
+
+from compclip_jax import methods
+from compclip_jax.data import pipeline as pl
+from compclip_jax.data import records, sources
+from compclip_jax.data.sources import PreparedSource
+from compclip_jax.errors import UserError
+from compclip_jax.evaluators import run as evaluation
+from compclip_jax.methods import Method
+from compclip_jax.models import clip_config
+from compclip_jax.models.clip import ATTENTION, REMAT_POLICIES
+from compclip_jax.train import optim, runinfo, sharding, state, steps
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
+class ConfigError(UserError, ValueError):
+  pass
+
+
+# ------------------------------------------------------------------------------------------------- config check
+def _model_problems(m) -> list[str]:
+  errors = []
+  if not m.init and not m.random:
+    errors.append("model.init (a path load_clip reads) or model.random ('tiny' or an open_clip name) is required")
+  if m.init and not os.path.exists(m.init):
+    errors.append(f"model.init {m.init} does not exist")
+  if m.random and m.random != "tiny" and m.random.removesuffix("-quickgelu") not in clip_config.OPEN_CLIP_MODELS:
+    errors.append(f"model.random {m.random!r}: use 'tiny' or one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
+  for name in ("frozen_dtype", "compute_dtype", "text_compute_dtype", "vision_compute_dtype"):
+    if m[name] not in DTYPE_NAMES and not (name.endswith("_compute_dtype") and m[name] == ""):
+      errors.append(f"model.{name} {m[name]!r}: use one of {DTYPE_NAMES}")
+  if m.attention not in ATTENTION or m.remat_policy not in REMAT_POLICIES:
+    errors.append(f"model.attention {m.attention!r} / model.remat_policy {m.remat_policy!r}: use one "
+                  f"of {ATTENTION} / {REMAT_POLICIES}")
+  return errors
+
+
+def validate(c: ml_collections.ConfigDict) -> None:
+  """Every problem found before anything loads or compiles, reported at once."""
+  errors = []
+  if c.method in methods.names():
+    errors += methods.get(c.method).problems(c)
+  else:
+    errors.append(f"method {c.method!r}: use one of {methods.names()}")
+  errors += _model_problems(c.model) + sources.config_errors(c.data) + evaluation.config_errors(c.evals)
+  if c.optim.schedule not in optim.SCHEDULES:
+    errors.append(f"optim.schedule {c.optim.schedule!r}: use one of {optim.SCHEDULES}")
+  n_dev, n_proc = jax.device_count(), jax.process_count()
+  if c.batch_size % n_dev or c.batch_size % n_proc:
+    errors.append(f"batch_size {c.batch_size} is not divisible by the {n_dev} devices / {n_proc} processes")
+  if c.total_steps < 0 or c.num_epochs <= 0:
+    errors.append("total_steps must be ≥ 0 and num_epochs > 0")
+  if errors:
+    raise ConfigError("config problems:\n  " + "\n  ".join(errors))
+
+
+# --------------------------------------------------------------------------------------------------------- data
+def barrier(name: str) -> None:
+  """Every process waits here for the others (a no-op with one process)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def make_source(c, workdir: str):
+  """The training source of `c.data` (data/sources.py); a synthetic world is written once, by process 0."""
+  return sources.make_source(c.data, workdir, c.seed, jax.process_index(), barrier)
+
+
+def _check_prepared_alpha(c, meta: dict, kinds) -> None:
+  """Prepared images were resized with the manifest's alpha choice (METHODS §1.2 step 3): refuse a run whose step
+  kinds resize otherwise where that changes pixels (images with transparency); warn where prepare did not count them."""
+  had, n = meta.get("alpha_premultiplied_resize"), meta.get("transparent_images")
+  for k in kinds:
+    want = bool(c.data.alpha_premultiplied_resize) if k.alpha_from_config else False
+    if had is None or want == had or n == 0:
+      continue
+    way = (f", or set data.alpha_premultiplied_resize={had}" if k.alpha_from_config else
+           f" (the {k.name} step always drops alpha before resizing, as its reference does)")
+    what = (f"{c.data.path} was prepared with --alpha_premultiplied_resize={had}, but the {k.name} step resizes with "
+            f"{want}")
+    if n is None:
+      logging.warning(
+          "%s; prepare did not count its images with transparency (the only ones this changes): "
+          "re-prepare with --alpha_premultiplied_resize=%s to be sure%s", what, want, way)
+      continue
+    raise ConfigError(f"{what}, and {n} of its images have transparency: re-prepare with "
+                      f"--alpha_premultiplied_resize={want} (--rebuild to reuse the folder){way}")
+
+
+def _check_prepared(c, method: Method, source, size: int) -> None:
+  if not isinstance(source, PreparedSource):
+    return
+  if source.image_size != size:
+    raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
+                      f"python -m compclip_jax.prepare with --image_size={size}")
+  if method.needs_parse and not source.meta.get("parsed"):
+    raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CLIC rows); {c.method}'s negatives need "
+                      "a COCO-style source prepared with --coco_json")
+  _check_prepared_alpha(c, source.meta, method.step_kinds(c))
+
+
+def make_pipelines(c, method: Method, source, model: state.Model, skips: records.SkipReport) -> dict:
+  """kind name → pipeline. One shuffled order for all kinds (METHODS §1.4): step g's batch is global batch g of it,
+  from the pipeline of method.kind_at(g); each pipeline builds only its own kind's batches, so each row is used once
+  per epoch. Samples at the model's input size, whatever data.image_size says."""
+  size = model.clip_cfg.vision.image_size
+  shares = pl.interleave([method.kind_at(c, g).name for g in range(method.period(c))])
+  pipes = {}
+  for k in method.step_kinds(c):
+    cfg = pl.PipelineConfig(k, c.batch_size, seed=c.seed, num_workers=c.data.num_workers,
+                            max_skip_fraction=c.data.max_skip_fraction, options=k.options(c, size),
+                            period=shares[k.name][0], slots=shares[k.name][1])
+    pipes[k.name] = pl.make_batches(source, cfg, model.tokenizer, model.t5_tokenizer, jax.process_index(),
+                                    jax.process_count())
+    skips.attach(pipes[k.name].skips, k.name)
+  return pipes
+
+
+# ------------------------------------------------------------------------------------------------------ trainer
+@dataclasses.dataclass
+class Trainer:
+  """Everything `setup` builds: data pipelines, the sharded state and the jitted step of each kind (keyed by kind
+  name, as the checkpointed data states are)."""
+  config: ml_collections.ConfigDict
+  method: Method
+  model: state.Model
+  kinds: list[str]
+  pipes: dict[str, pl.Batches]
+  total: int
+  state: steps.TrainState  # the initial state (the loop carries its own; `compile_step` takes one)
+  frozen: object
+  state_sh: steps.TrainState  # a TrainState of shardings
+  batch_sh: jax.sharding.Sharding
+  step_fns: dict[str, jax.stages.Wrapped]  # kind → jax.jit(step), compiled on first use
+  graphdef: object
+  mesh: jax.sharding.Mesh
+  skips: records.SkipReport | None = None  # every dropped record: read-time rejects and load-time skips
+  n_records: int = 0  # records the data source holds (the run's fingerprint records it)
+  trainable_paths: list[str] = dataclasses.field(default_factory=list)
+  widths: sharding.HostAgreement = dataclasses.field(default_factory=sharding.HostAgreement)  # trimmed widths
+
+  def global_batch(self, kind: str) -> dict:
+    local = next(self.pipes[kind])
+    if self.config.data.trim_tokens:
+      length = pl.text_length(local, self.model.tokenizer.eot_id)
+      length = self.widths.max(length)  # every host must cut at the same width (host to host, sharding.py)
+      local = pl.trim_tokens(local, length)
+    return pl.to_global(local, self.batch_sh)
+
+
+def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
+  """Config check, mesh, data, model + weights, parameter rules, optimiser, sharded state, jitted steps."""
+  validate(c)
+  runinfo.check_writable(workdir)  # a read-only workdir is a one-line error, not a traceback from orbax
+  method = methods.get(c.method)
+  mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
+  logging.info("mesh %s over %d devices, %d process(es)", dict(mesh.shape), jax.device_count(), jax.process_count())
+  source = make_source(c, workdir)
+  # read-time rejects: logged with examples, written to <workdir>/skipped.jsonl, checked against max_skip_fraction
+  skips = records.SkipReport.for_workdir(workdir, c.data.max_skip_fraction, jax.process_index())
+  skips.add_source(source)
+  if len(source) < c.batch_size // jax.process_count():
+    raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
+                      f"{c.batch_size // jax.process_count()}")
+  model = state.build_model(c, method)
+  _check_prepared(c, method, source, model.clip_cfg.vision.image_size)
+  pipes = make_pipelines(c, method, source, model, skips)
+  total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
+  st = state.build_state(c, model, mesh, total)
+  return Trainer(c, method, model, list(pipes), pipes, total, st.state, st.frozen, st.state_sh,
+                 sharding.batch_sharding(mesh), state.jit_steps(c, method, model, st, mesh), st.graphdef, mesh, skips,
+                 n_records=len(source), trainable_paths=st.trainable_paths)
+
+
+def compile_step(t: Trainer, kind: str, state_: steps.TrainState, batch: dict):
+  """(compiled step, XLA's FLOPs per step or None, peak bytes per device or None) for `kind` on (`state_`, `batch`)."""
+  compiled = t.step_fns[kind].lower(state_, t.frozen, batch).compile()
+  return compiled, steps.compiled_flops(compiled), steps.compiled_peak_bytes(compiled)
