@@ -34,7 +34,7 @@ def _data() -> dict:
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
   # data.source: csv, coco, prepared (data.path) or synthetic: the generated world (compclip_jax/data/synthetic.py)
   # of data.synthetic_size scenes seeded by `seed`, written once into data.path (default <workdir>/world), read as
-  # CLIC rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco"); synthetic_binding_noise p: each caption
+  # CSV rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco"); synthetic_binding_noise p: each caption
   # names the two objects with their colours exchanged with probability p (the demo's pretraining uses 0.5).
   return dict(
       source="csv",
@@ -109,7 +109,7 @@ def with_arg(c: ml_collections.ConfigDict, arg: str, method: Method) -> ml_colle
 
 
 def runlocal(c: ml_collections.ConfigDict, method: Method, world_size: int = 64) -> ml_collections.ConfigDict:
-  """A tiny random model on the synthetic world (written into the workdir), in the format the method reads (CLIC
+  """A tiny random model on the synthetic world (written into the workdir), in the format the method reads (CSV
   rows, or COCO JSON + paraphrases), evaluated on its held-out benchmarks: a minute on a laptop CPU."""
   c.model.random = "tiny"
   c.model.frozen_dtype = "float32"

@@ -328,7 +328,7 @@ def _no_fetch(on: bool):
 
 
 def _log_dict(recent: dict, kind: str, stats: dict) -> dict:
-  """The latest metrics of every step kind (CLIC and its CLIP steps both show), `loss` being this step's.
+  """The latest metrics of every step kind (alternating kinds all show), `loss` being this step's.
 
   The unprefixed step metrics (lr, grad_norm, param_norm) are this step's too: `kind` is merged last, whatever order
   the kinds were first seen in (after a resume that order flips, and an older step's lr would show).

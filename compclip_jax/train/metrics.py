@@ -76,7 +76,7 @@ class MetricWriter:
   """Writes {step, metrics} to `workdir/metrics.jsonl` and TensorBoard (`workdir/tb`) on process 0 only.
 
   `console_terms`: the loss terms the console line shows besides `loss` and `loss/<kind>` — metric `x/<term>` for
-  each (the method's `console_terms`, e.g. cont, sneg, uni → clic/cont, clic/sneg, clic/uni).
+  each (the method's `console_terms`, e.g. a term `cont` shows the metric `<prefix>/cont`).
   """
   def __init__(self, workdir: str, total_steps: int, global_batch: int, flops_per_step: float | None = None,
                peak_flops: float | None = None, start_step: int = 0, hparams: dict | None = None,

@@ -48,8 +48,8 @@ def assign(paths: Iterable[str], groups: dict[str, Sequence[str]]) -> dict[str, 
 
 def warmup_frac_cosine(total_steps: int, peak: float = 1e-6, start: float = 1e-7, end: float = 1e-8,
                        warmup_frac: float = 0.2) -> optax.Schedule:
-  """Linear warm-up start → peak over the first `warmup_frac` of the optimiser steps, then cosine to `end` (CLIC's
-  recipe, METHODS §1.4)."""
+  """Linear warm-up start → peak over the first `warmup_frac` of the optimiser steps, then cosine to `end` (METHODS
+  §1.4)."""
   warmup = max(1, int(round(warmup_frac * total_steps)))
   return optax.join_schedules([
       optax.linear_schedule(start, peak, warmup),
@@ -58,7 +58,7 @@ def warmup_frac_cosine(total_steps: int, peak: float = 1e-6, start: float = 1e-7
 
 
 def warmup_steps_cosine(total_steps: int, peak: float = 1e-5, warmup_steps: int = 50) -> optax.Schedule:
-  """Linear warm-up 0 → peak over `warmup_steps`, then cosine to 0 (transformers' cosine-with-warmup; READ's recipe,
+  """Linear warm-up 0 → peak over `warmup_steps`, then cosine to 0 (transformers' cosine-with-warmup,
   METHODS §2.4)."""
   return optax.warmup_cosine_decay_schedule(0.0, peak, min(warmup_steps, total_steps - 1),
                                             max(total_steps, warmup_steps + 1), end_value=0.0)

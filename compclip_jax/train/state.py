@@ -140,7 +140,7 @@ def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.M
 
 def jit_steps(c: ml_collections.ConfigDict, method: Method, model: Model, st: State, mesh) -> dict:
   """kind name → jax.jit(step) of every kind the config runs (state donated), compiled on first use. Each kind's
-  images are normalised with its own constants (METHODS §1.2 step 4: CLIC's ImageNet ones by default)."""
+  images are normalised with its own constants (`StepKind.normalization`, METHODS §1.2 step 4)."""
   size = model.clip_cfg.vision.image_size
   batch_sh = sharding.batch_sharding(mesh)
   out = {}

@@ -110,7 +110,7 @@ def _check_prepared(c, method: Method, source, size: int) -> None:
     raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
                       f"python -m compclip_jax.prepare with --image_size={size}")
   if method.needs_parse and not source.meta.get("parsed"):
-    raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CLIC rows); {c.method}'s negatives need "
+    raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CSV rows); {c.method}'s negatives need "
                       "a COCO-style source prepared with --coco_json")
   _check_prepared_alpha(c, source.meta, method.step_kinds(c))
 
