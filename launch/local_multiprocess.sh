@@ -6,7 +6,7 @@ set -euo pipefail
 
 usage() {
   cat <<'TXT'
-usage: launch/local_multiprocess.sh [--num_processes=N] [--port=P] [--gpus] [--dry-run] -- <main.py flags>
+usage: launch/local_multiprocess.sh [--num_processes=N] [--port=P] [--gpus] [--dry-run] -- <python -m compclip_jax.main flags>
 
   --num_processes=N  processes to start (default: $COMPCLIP_NUM_PROCESSES or 2)
   --port=P           coordinator port on 127.0.0.1 (default: $COMPCLIP_PORT or 12355)

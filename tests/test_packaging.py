@@ -28,7 +28,7 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   # no generic top-level `configs` is installed; the configs ship inside the package and load by name
   probe = ("import importlib.util, sys, compclip_jax\n"
-           "from compclip_jax import config_files\n"
+           "from compclip_jax.cli import config_files\n"
            "assert importlib.util.find_spec('configs') is None, importlib.util.find_spec('configs')\n"
            "from absl import flags\n"
            "from ml_collections import config_flags\n"
@@ -47,12 +47,12 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
   assert where[2] != where[4]  # :runlocal is its own config
   assert os.path.exists(os.path.join(site, "compclip_jax", "weights", "clip_merges.txt.gz"))
   # the demo's shipped pretrained models come along, whole (every recorded hash checked)
-  shipped = subprocess.run([py, "-c", "from compclip_jax import demo_shipped; print(demo_shipped.check()[0])"],
+  shipped = subprocess.run([py, "-c", "from compclip_jax.demo import shipped; print(shipped.check()[0])"],
                            capture_output=True, text=True, cwd=tmp_path, env=env)
   assert shipped.returncode == 0 and shipped.stdout.startswith(site), shipped.stderr[-2000:]
   # console entry points
   bindir = venv / "bin"
-  for script in ("compclip-train", "compclip-evaluate", "compclip-convert", "compclip-prepare"):
+  for script in ("compclip-train", "compclip-evaluate", "compclip-convert", "compclip-prepare", "compclip-demo"):
     out = subprocess.run([str(bindir / script), "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
     text = out.stdout + out.stderr
     assert out.returncode in (0, 1) and "Traceback" not in text and "--" in text, (script, text[-2000:])

@@ -264,12 +264,12 @@ def test_config_errors_are_reported_before_compiling(tmp_path):
   c = _cfg(
       "read", **{
           "model.random": "", "model.init": str(tmp_path / "nope"), "batch_size": 7, "data.source": "coco",
-          "t5.random": False, "data.path": str(tmp_path / "rows.csv"), "model.frozen_dtype": "fp8"
+          "read.t5.random": False, "data.path": str(tmp_path / "rows.csv"), "model.frozen_dtype": "fp8"
       })
   with pytest.raises(train.ConfigError) as e:
     train.run(c, str(tmp_path))
   msg = str(e.value)
-  for needle in ("model.init", "read needs t5.init", "data.path", "data.image_root", "frozen_dtype",
+  for needle in ("model.init", "read needs read.t5.init", "data.path", "data.image_root", "frozen_dtype",
                  "batch_size 7 is not divisible by the 8 devices"):
     assert needle in msg, needle
   assert not (tmp_path / "checkpoints").exists()
@@ -407,7 +407,7 @@ def test_read_initialised_from_hf_clip_and_t5_directories(tmp_path):
   t5.save_pretrained(t5_dir)
   c = _cfg(
       "read", **{
-          "model.random": "", "model.init": str(tmp_path / "clip"), "t5.init": str(t5_dir), "total_steps": 2,
+          "model.random": "", "model.init": str(tmp_path / "clip"), "read.t5.init": str(t5_dir), "total_steps": 2,
           "log_every": 1
       })
   last = train.run(c, str(tmp_path / "work"))

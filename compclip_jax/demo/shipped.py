@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "demo_pretrained")
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "demo_pretrained")
 MANIFEST = "pretrained.json"
 REGENERATE = "python -m compclip_jax.demo --pretrain=compclip_jax/assets/demo_pretrained --workdir=runs/pretrain"
 _FILES = {
