@@ -10,6 +10,4 @@ from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = config.base(clic.METHOD)
-  clic.config.recipe(c)
-  return config.with_arg(c, arg, clic.METHOD)
+  return config.for_method(clic.METHOD, arg)

@@ -21,6 +21,4 @@ from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = config.base(clic_read.METHOD)  # sections clic and read
-  clic_read.recipe(c)  # CLIC's recipe; CLIC's text side + W train
-  return config.with_arg(c, arg, clic_read.METHOD)
+  return config.for_method(clic_read.METHOD, arg)

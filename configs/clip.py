@@ -4,6 +4,4 @@ from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = config.base(clip.METHOD)
-  c.data.source = "coco"
-  return config.with_arg(c, arg, clip.METHOD)
+  return config.for_method(clip.METHOD, arg)

@@ -5,6 +5,4 @@ from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = config.base(negclip.METHOD)
-  c.data.source = "coco"
-  return config.with_arg(c, arg, negclip.METHOD)
+  return config.for_method(negclip.METHOD, arg)

@@ -11,6 +11,4 @@ from compclip_jax.train import config
 
 
 def get_config(arg: str = ""):
-  c = config.base(read.METHOD)
-  read.config.recipe(c)
-  return config.with_arg(c, arg, read.METHOD)
+  return config.for_method(read.METHOD, arg)

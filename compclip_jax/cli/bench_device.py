@@ -93,8 +93,7 @@ def point_config(p: Point, compute_dtype, frozen_dtype, attention: str, remat: b
   """The training config of a row: its method's config and recipe (configs/<method>.py), a random model, the row's
   batch, dtypes, attention and remat, READ's decoder at the row's size."""
   method = methods.get(METHOD_OF[p.kind])
-  c = config_lib.base(method)
-  getattr(methods, method.name).config.recipe(c)
+  c = config_lib.for_method(method)
   c.model.random, c.data.image_size, c.batch_size = p.random, p.cfg.vision.image_size, p.batch
   c.model.compute_dtype, c.model.frozen_dtype = jnp.dtype(compute_dtype).name, jnp.dtype(frozen_dtype).name
   c.model.attention, c.model.remat_text = attention, remat

@@ -60,6 +60,11 @@ def no_problems(c: ml_collections.ConfigDict) -> list[str]:
   return []
 
 
+def coco_data(c: ml_collections.ConfigDict) -> None:
+  """A recipe that changes nothing but the data format: COCO-style captions (several per image)."""
+  c.data.source = "coco"
+
+
 @dataclasses.dataclass(frozen=True)
 class Section:
   """A method's own config section, `config.<name>`: its defaults, its checks, the keys it took over from the flat
@@ -93,6 +98,9 @@ class Method:
   # config → the step kinds of one period of the schedule: step g runs cycle[g % len(cycle)] (METHODS §1.4)
   cycle: Callable[[ml_collections.ConfigDict], tuple[StepKind, ...]] | None = None
   sections: tuple[Section, ...] = ()  # its config sections (config.<section.name>)
+  # config → None: sets the reference's recipe on the shared sections (optimiser, schedule, batch, data, the
+  # trainable / frozen rules); configs/<name>.py applies it
+  recipe: Callable[[ml_collections.ConfigDict], None] = coco_data
   # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg) → a CLIP module) → Extension: the model the
   # steps train (e.g. READ's CLIP + W + frozen T5 decoder); None: CLIP itself
   extend_model: Callable[..., Extension] | None = None

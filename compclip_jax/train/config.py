@@ -97,6 +97,14 @@ def base(method: Method) -> ml_collections.ConfigDict:
 ARGS = ("", "runlocal", "demo")
 
 
+def for_method(method: Method, arg: str = "") -> ml_collections.ConfigDict:
+  """`method`'s config: the shared sections and its own (`base`), its reference recipe, then the `:arg` preset —
+  what configs/<name>.py returns."""
+  c = base(method)
+  method.recipe(c)
+  return with_arg(c, arg, method)
+
+
 def with_arg(c: ml_collections.ConfigDict, arg: str, method: Method) -> ml_collections.ConfigDict:
   """Applies the `:arg` of `--config=configs/<name>.py:arg`."""
   if arg == "runlocal":

@@ -83,4 +83,4 @@ def _schedule(c) -> tuple[base.StepKind, ...]:
 
 
 METHOD = base.Method("clic", (STEP, CLIP_STEP), console_terms=("cont", "sneg", "uni"), cycle=_schedule,
-                     sections=(config.SECTION,))
+                     sections=(config.SECTION,), recipe=config.recipe)

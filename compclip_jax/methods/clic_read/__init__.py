@@ -79,5 +79,5 @@ def recipe(c: ml_collections.ConfigDict) -> None:
 
 
 METHOD = base.Method("clic_read", (STEP, clic.CLIP_STEP), console_terms=("cont", "sneg", "uni", "rec", "align"),
-                     cycle=_schedule, sections=(clic_config.SECTION, read_config.SECTION),
+                     cycle=_schedule, sections=(clic_config.SECTION, read_config.SECTION), recipe=recipe,
                      extend_model=read.model.extend_model, export_parts=read.export_parts)

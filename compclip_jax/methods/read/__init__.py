@@ -77,4 +77,4 @@ def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
 
 STEP = base.StepKind("read", sample, loss, options=options, t5_target=True, alpha_from_config=False)
 METHOD = base.Method("read", (STEP,), console_terms=("con", "rec", "align"), sections=(config.SECTION,),
-                     extend_model=model.extend_model, export_parts=export_parts, needs_parse=True)
+                     recipe=config.recipe, extend_model=model.extend_model, export_parts=export_parts, needs_parse=True)
