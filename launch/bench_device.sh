@@ -23,7 +23,7 @@ usage() {
 usage: bash launch/bench_device.sh --download | [--dry-run] [--smoke] [bench_device arguments...]
   --download   fetch the wheels the benchmark needs into $WHEELS (needs PyPI; run it before going offline)
   --dry-run    print the venv, install and benchmark commands instead of running them
-  --smoke      tiny widths and batches: seconds on a CPU (what tests/test_bench_device.py runs)
+  --smoke      tiny widths and batches: seconds on a CPU (what tests/cli/test_bench_device.py runs)
   other arguments go to python -m compclip_jax.bench_device (--only=clic, --steps=5, --budget_s=420, ...)
 USAGE
 }

@@ -4,7 +4,9 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests import paths
+
+ROOT = pathlib.Path(paths.ROOT)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](image)
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)  # links inside code are not links

@@ -5,7 +5,9 @@ data/pipeline.py) and they fail."""
 import os
 import re
 
-PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compclip_jax")
+from tests import paths
+
+PKG = paths.PKG
 LIBRARY = ("models", "weights", "data", "methods", "train", "evaluators")  # the applications: cli/, demo/
 # A method named in code or prose: its name as a word (CLIC, clic_…, NegCLIP, READ) or a string / path / config
 # section naming it ("read", methods.read, c.read.…). "read" and "clip" are English / the model: only those forms.

@@ -17,7 +17,7 @@ unknown kind), compiled peak memory per device, compile time.
 Depends on jax, flax, optax, numpy, ml_collections and Pillow (imported by the methods' sample code), not on spaCy,
 grain, orbax or transformers, so that it runs where only those travel (docs/performance.md lists the wheels); it
 reuses the project's real step functions (steps.make_step with the methods' step kinds, losses, optim).
-`--smoke`: tiny widths and batches, seconds on a CPU (tests/test_bench_device.py runs it).
+`--smoke`: tiny widths and batches, seconds on a CPU (tests/cli/test_bench_device.py runs it).
 """
 from __future__ import annotations
 

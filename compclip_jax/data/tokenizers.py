@@ -89,7 +89,7 @@ class CLIPTokenizer:
     """OpenAI's BPE (vocab 49408) from instant-clip-tokenizer, which embeds it: no files, no download.
 
     The backend is built on the first call (~80 ms of `load_clip` otherwise, for a model that may only encode
-    images); its special ids are OpenAI's SOT_ID / EOT_ID (tests/test_tokenizers.py checks them against it).
+    images); its special ids are OpenAI's SOT_ID / EOT_ID (tests/data/test_tokenizers.py checks them against it).
     """
     import instant_clip_tokenizer  # pylint: disable=import-outside-toplevel
     backend = _Lazy(instant_clip_tokenizer.Tokenizer)

@@ -322,8 +322,8 @@ class _ReadAhead:
 
 def _no_fetch(on: bool):
   """A context in which any device → host transfer raises (`loop.forbid_host_sync`), by jax's transfer guard; a
-  no-op when off. On a CPU backend jax lets every fetch through (device memory is host memory): tests/test_train.py
-  instruments this context for its CPU runs."""
+  no-op when off. On a CPU backend jax lets every fetch through (device memory is host memory):
+  tests/train/test_train.py instruments this context for its CPU runs."""
   return jax.transfer_guard_device_to_host("disallow_explicit") if on else contextlib.nullcontext()
 
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_weights.py in a subprocess: open_clip loads our export as a user would and encodes the inputs.
+"""Run by tests/weights/test_weights.py in a subprocess: open_clip loads our export as a user would and encodes the inputs.
 
   python load_export.py EXPORT_DIR INPUTS.npz OUTPUTS.npz
 """

@@ -5,7 +5,9 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import paths
+
+ROOT = paths.ROOT
 WORKER = """
 import json, sys
 import jax

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests import paths
 from compclip_jax.evaluators.run import run_benchmarks
 from compclip_jax.evaluators import registry
 from compclip_jax.evaluators.tasks import ImageRef
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 def _random_score(task, tie="strict", seed=0):

@@ -7,7 +7,9 @@ import sysconfig
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import paths
+
+ROOT = paths.ROOT
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tests import paths
 from compclip_jax.data.records import Rejected, SkipCounter, SkipReport, TooManySkipped
 from compclip_jax.data.sources import CocoSource, CsvSource
 
@@ -300,7 +301,7 @@ def test_csv_reading_matches_the_reference_fixture():
   """The reference's own rows for tricky.csv (tests/fixtures/reference, made by running its CsvDataset._load_data),
   up to our documented differences: BOM stripped, whitespace collapsed, empty sentences dropped and rows with fewer
   than 2 sentences rejected (METHODS §1.1). Its extension filter is the same, row for row."""
-  ref_dir = os.path.join(os.path.dirname(__file__), "fixtures", "reference")
+  ref_dir = os.path.join(paths.FIXTURES, "reference")
   if not os.path.exists(os.path.join(ref_dir, "csv_rows.json")):
     pytest.skip("reference fixtures not built")
   with open(os.path.join(ref_dir, "csv_rows.json"), encoding="utf-8") as f:

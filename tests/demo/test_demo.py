@@ -1,5 +1,5 @@
 """The demo's entry point (python -m compclip_jax.demo) on a tiny world: world → pretraining from scratch (three
-stages) → the method (its control first: tests/test_colab.py) → report, the world written once and shared by its
+stages) → the method (its control first: tests/cli/test_colab.py) → report, the world written once and shared by its
 runs; and main.py pointing a `:demo` config at it."""
 import json
 import os
@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
+from tests import paths
 from compclip_jax.demo import run as demo
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 TINY = [
     "--from_scratch", "--collage_steps=2", "--binding_steps=2", "--text_steps=2", "--pretrain_batch=8",
@@ -22,7 +23,7 @@ TINY = [
 
 @pytest.mark.slow
 def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
-  # --no_control: the control-first order is the Colab demo notebook's test (tests/test_colab.py); one run less here
+  # --no_control: the control-first order is the Colab demo notebook's test (tests/cli/test_colab.py); one run less here
   out = subprocess.run([
       sys.executable, "-m", "compclip_jax.demo", "--method=clic", "--no_control", f"--workdir={tmp_path}", *TINY
   ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)

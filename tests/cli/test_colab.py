@@ -5,9 +5,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests import paths
 from compclip_jax.data import synthetic
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 COLAB = os.path.join(ROOT, "launch", "colab")
 
 

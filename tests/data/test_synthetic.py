@@ -9,6 +9,7 @@ import ml_collections
 import pytest
 import sentencepiece as spm
 
+from tests import paths
 from compclip_jax import assets
 from compclip_jax.data import synthetic
 from compclip_jax.data import sources
@@ -249,7 +250,7 @@ def test_bundled_t5_tokenizer_is_what_its_command_trains(tmp_path):
   """The shipped file is reproducible: `python -m compclip_jax.synthetic --t5_tokenizer=…` trains the same pieces."""
   fresh = str(tmp_path / "sp.model")
   subprocess.run([sys.executable, "-m", "compclip_jax.synthetic", f"--t5_tokenizer={fresh}"], check=True,
-                 capture_output=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                 capture_output=True, cwd=paths.ROOT)
   pieces = lambda path: [(p.id_to_piece(i), p.get_score(i)) for p in [spm.SentencePieceProcessor(model_file=path)]
                          for i in range(p.get_piece_size())]
   assert pieces(fresh) == pieces(assets.SYNTHETIC_T5_SPIECE)

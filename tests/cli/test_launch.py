@@ -6,7 +6,9 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import paths
+
+ROOT = paths.ROOT
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "launch", "*.sh")))
 
 

@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from tests import paths
 from compclip_jax import methods
 from compclip_jax.data import negatives as neg
 from compclip_jax.data import pipeline as pl
@@ -211,7 +212,8 @@ def test_read_sample(tmp_path, tagger, t5tok):
     assert s["target"] != s["texts"][0]
   b = next(pl.make_batches(src, _cfg("read", batch_size=4), CLIPTokenizer.default(), t5tok, tagger=tagger))
   assert b["ids"].shape == (4, 4, 77) and b["t5_target"].shape == (4, 77) and b["para_ids"].shape == (4, 77)
-  assert "t5_input" not in b  # the decoder input is made on device (models/t5.shift_right, tests/test_methods.py)
+  # the decoder input is made on device (models/t5.shift_right, tests/methods/test_methods.py)
+  assert "t5_input" not in b
   assert ((b["t5_target"] == 1).sum(1) == 1).all() and (b["t5_target"][:, 0] != 0).all()  # one EOS, no leading pad
 
 
@@ -331,7 +333,7 @@ def test_prepare_cli_with_parallel_workers(tmp_path):
   import subprocess
   import sys
   path, root, para_path, bad = df.write_coco_json(tmp_path)
-  root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root_dir = paths.ROOT
   cmd = [
       sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
       f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2"

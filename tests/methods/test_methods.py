@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests import paths
 from compclip_jax import methods
 from compclip_jax.methods.clic import losses as clic_losses
 from compclip_jax.methods.read import losses as read_losses
@@ -26,7 +27,7 @@ from compclip_jax.models.t5 import T5Config
 from compclip_jax.methods.clic import samples as clic_samples
 from tests import data_fixtures as df
 
-PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compclip_jax")
+PKG = paths.PKG
 
 
 def _names(method, clip_every, n):

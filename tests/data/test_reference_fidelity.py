@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests import paths
 from compclip_jax.data import images, negatives, samples, sources, tokenizers
 from compclip_jax.methods.clic import negatives as clic_neg
 from compclip_jax.methods.read import negatives as read_neg
 
-FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "reference"
+FIX = pathlib.Path(paths.FIXTURES) / "reference"
 
 
 def _load(name: str) -> dict:

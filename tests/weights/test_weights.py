@@ -11,13 +11,14 @@ import safetensors.torch
 import torch
 import transformers
 
+from tests import paths
 from compclip_jax import load_clip, save_clip
 from compclip_jax.models.clip import DTypes
 from compclip_jax.weights.maps import CheckpointMismatchError
 from compclip_jax.weights.params import flat_params
 from tests import hf_fixtures as fx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 @pytest.fixture(scope="module")
@@ -396,7 +397,7 @@ def test_hf_export_with_the_builtin_tokenizer_loads_in_clip_processor(hf_dir, tm
   whitespace, lower-case) and ours (also ftfy + html.unescape, as open_clip) see the same text; same pixels."""
   from compclip_jax.data.images import Preprocess
   from compclip_jax.data.tokenizers import clean_text, normalize_whitespace
-  from tests.test_preprocess import _photo  # pylint: disable=import-outside-toplevel
+  from tests.data.test_preprocess import _photo  # pylint: disable=import-outside-toplevel
   (hf_dir / "preprocessor_config.json").write_text(json.dumps(Preprocess(32, resize=40).to_hf_dict()))
   model, tok, pre = load_clip(str(hf_dir))
   assert tok.backend == "instant-clip-tokenizer" and pre.resize == 40

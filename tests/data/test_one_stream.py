@@ -28,7 +28,7 @@ def broken(tmp_path_factory):
 
 
 def _kind(step, clip_every):
-  """CLIC's step kind at `step` (methods/clic.py; its alternation has its own test in tests/test_methods.py)."""
+  """CLIC's step kind at `step` (methods/clic.py; its alternation has its own test in tests/methods/test_methods.py)."""
   cycle = methods.clic.cycle(clip_every)
   return cycle[step % len(cycle)].name
 

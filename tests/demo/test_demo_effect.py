@@ -5,7 +5,7 @@ without losing image retrieval. Held-out = benchmark scenes built on colour–sh
 (synthetic.py). CLIC does not beat its control on this world (docs/demo.md says why), so it is not asserted here.
 
 Manual tier (12 min on 2 cores: most of CI's budget):
-  COMPCLIP_MANUAL_TESTS=1 python -m pytest tests/test_demo_effect.py -s
+  COMPCLIP_MANUAL_TESTS=1 python -m pytest tests/demo/test_demo_effect.py -s
 The full claim, over three seeds and every method, is the sweep of docs/demo.md."""
 import pytest
 

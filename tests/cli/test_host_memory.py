@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
+from tests import paths
 from compclip_jax.cli import host_memory
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 # a jitted function with 256 MB temporaries ([8000, 8000] fp32; far above glibc's largest mmap threshold, 32 MB), run
 # six times; the minor page faults of runs 2-6 together
 PROBE = """

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from tests import paths
 from compclip_jax import methods
 from compclip_jax.train import state
 from compclip_jax.train import checkpointing
@@ -22,7 +23,7 @@ from configs import clic, clic_read, clip, negclip, read
 # Every test here trains (subprocesses or in-process runs of :runlocal): the slow tier (`-m "not slow"` skips them).
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 CONFIGS = {"clic": clic, "read": read, "negclip": negclip, "clip": clip, "clic_read": clic_read}
 
 
