@@ -18,6 +18,7 @@ from absl import app, flags
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import host_memory
 from compclip_jax.demo import run as demo
+from compclip_jax.demo import diagnose as diagnostics
 from compclip_jax.demo import shipped
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the world, runs and reports go.", required=True)
@@ -59,7 +60,7 @@ def _negative_kinds(workdir: str) -> None:
   if not os.path.exists(rows):
     raise cli.UserError(f"{rows} not found: --negative_kinds reads the world a demo wrote; run the demo in "
                         f"{workdir} first")
-  counts = demo.clic_negative_kinds(rows)
+  counts = diagnostics.clic_negative_kinds(rows)
   total = sum(counts.values())
   for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]):
     print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
@@ -74,7 +75,7 @@ def _diagnose(target: str, checked, workdir: str, seed: int) -> None:
     loading.read_checkpoint(clip_dir)  # read once more by diagnose (a tiny model): a clear error before any work
   except (ValueError, FileNotFoundError, OSError) as e:
     raise cli.UserError(f"--diagnose {clip_dir}: not a CLIP checkpoint this project reads ({e})") from e
-  demo.diagnose(clip_dir, workdir, seed)
+  diagnostics.diagnose(clip_dir, workdir, seed)
 
 
 def main(argv: list[str], overrides: list[str]) -> None:

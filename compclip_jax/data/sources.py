@@ -1,6 +1,5 @@
-"""Data sources with random access: CLIC CSV rows, COCO-style caption JSON, the prepared ArrayRecord format, and the
-synthetic world (written once by process 0, read by all; `synthetic_source`). `make_source` builds the one a config's
-`data` section names; `config_errors` checks that section.
+"""Data sources with random access: CLIC CSV rows, COCO-style caption JSON, the prepared ArrayRecord format (the
+synthetic world is data/world.py; data/source_config.py builds the one a config's `data` section names).
 
 Every source is a sequence of raw records (`len`, `[i]`, picklable for grain workers) plus
 `materialize(raw) -> record` which reads the image and raises `BadRecord` (counted, never silent) when it cannot.
@@ -17,15 +16,14 @@ import csv
 import io
 import json
 import os
-from typing import Callable, Sequence
+from typing import Sequence
 
 import msgpack
 import numpy as np
 from PIL import Image
 
-from compclip_jax.data import synthetic
 from compclip_jax.data.images import load_image, orientation
-from compclip_jax.data.negatives import Analysis, SpacyTagger, pos_pipeline_has_parser
+from compclip_jax.data.negatives import Analysis, pos_pipeline_has_parser
 from compclip_jax.data.records import Rejected
 
 PREPARED_META = "prepared.json"
@@ -307,141 +305,3 @@ class PreparedSource:
     return {
         "id": d["id"], "sentences": d["s"], "half": d["h"], "full": d["f"], "analysis": d["a"], "paraphrases": d["p"]
     }
-
-
-# ------------------------------------------------------------------------------------ the synthetic world as data
-SOURCES = ("csv", "coco", "prepared", "synthetic")
-SYNTHETIC_FORMATS = ("csv", "coco")  # which of the world's files training reads: CLIC rows, or COCO JSON + paraphrases
-ANALYSES_FILE = "analyses.json"
-
-
-def config_errors(d) -> list[str]:
-  """Problems of a config's `data` section (`train.validate` reports them with the rest, at once)."""
-  errors = []
-  if d.source not in SOURCES:
-    return [f"data.source {d.source!r}: use one of {SOURCES}"]
-  if d.source == "synthetic":
-    if d.synthetic_size <= 0:
-      errors.append(f"data.synthetic_size {d.synthetic_size}: the synthetic world needs ≥ 1 scene")
-    if d.synthetic_format not in SYNTHETIC_FORMATS:
-      errors.append(f"data.synthetic_format {d.synthetic_format!r}: use one of {SYNTHETIC_FORMATS}")
-    if not 0.0 <= d.synthetic_binding_noise <= 0.5:
-      errors.append(f"data.synthetic_binding_noise {d.synthetic_binding_noise}: a probability in [0, 0.5]")
-    return errors
-  if not d.path or not os.path.exists(d.path):
-    errors.append(f"data.path {d.path!r} does not exist")
-  if d.source != "prepared" and not os.path.isdir(d.image_root or ""):
-    errors.append(f"data.image_root {d.image_root!r} is not a directory")
-  if d.paraphrases and not os.path.exists(d.paraphrases):
-    errors.append(f"data.paraphrases {d.paraphrases} does not exist")
-  return errors
-
-
-def make_source(d, workdir: str, seed: int, process_index: int = 0, barrier: Callable[[str], None] | None = None):
-  """The training source of a config's `data` section `d`.
-
-  csv / coco / prepared read `d.path`; synthetic is the generated world (`synthetic_source`) of `d.synthetic_size`
-  scenes and `seed`, in `d.path` (default `<workdir>/world`), read as CLIC rows or COCO JSON (`d.synthetic_format`).
-  `barrier(name)` waits for every process (`multihost_utils.sync_global_devices`; None: one process).
-  """
-  if d.source == "synthetic":
-    return synthetic_source(d.path or os.path.join(workdir, "world"), d.synthetic_size, seed, d.synthetic_format,
-                            process_index, barrier, any_image_format=d.any_image_format,
-                            binding_noise=d.synthetic_binding_noise)
-  if d.source == "csv":
-    return CsvSource(d.path, d.image_root, any_image_format=d.any_image_format)
-  if d.source == "coco":
-    return CocoSource(d.path, d.image_root, tuple(d.splits), read_paraphrases(d.paraphrases) if d.paraphrases else None)
-  return PreparedSource(d.path)
-
-
-def synthetic_source(root: str, size: int, seed: int, fmt: str = "csv", process_index: int = 0,
-                     barrier: Callable[[str], None] | None = None, tagger=None, any_image_format: bool = False,
-                     binding_noise: float = 0.0):
-  """The synthetic world (compclip_jax/synthetic.py) as a training source, written once: process 0 writes it under
-  `root` (images, both data formats, every sentence's spaCy analysis, the manifest) unless the same world is there,
-  the processes meet at `barrier`, then every process reads the files. → `AnalysedSource` over a CsvSource (`fmt`
-  "csv") or CocoSource ("coco")."""
-  if process_index == 0:
-    write_synthetic(root, size, seed, tagger, binding_noise)
-  if barrier is not None:
-    barrier("synthetic world written")
-  return read_synthetic(root, size, seed, fmt, any_image_format, binding_noise)
-
-
-def _world_sources(paths: dict, any_image_format: bool = False) -> dict:
-  return {
-      "csv": CsvSource(paths["csv"], paths["images"], any_image_format=any_image_format),
-      "coco": CocoSource(paths["coco_json"], paths["images"], ("train",), read_paraphrases(paths["paraphrases"]))
-  }
-
-
-def write_synthetic(root: str, size: int, seed: int, tagger=None, binding_noise: float = 0.0) -> dict:
-  """Writes (or checks) the world of (size, seed) under `root`, then the spaCy analysis of every sentence either
-  format yields, tagged once, batched (`ANALYSES_FILE`): what the methods' tagger would compute sentence by sentence,
-  so the CLIC / NegCLIP / READ negatives are the same and the pipeline tags nothing. Returns the world's paths."""
-  paths = synthetic.write_world(root, size, seed, binding_noise)
-  out = os.path.join(root, ANALYSES_FILE)
-  if not os.path.exists(out):
-    tagger = tagger or SpacyTagger()
-    sentences = list(dict.fromkeys(s for src in _world_sources(paths).values() for _, s in _sentences(src)))
-    record = {
-        "pos_pipeline": tagger.identity(), "world": synthetic.world_record(size, seed, binding_noise),
-        "analyses": {s: a.to_json() for s, a in zip(sentences, tagger(sentences))}
-    }
-    with open(out + ".tmp", "w") as f:
-      json.dump(record, f)
-    os.replace(out + ".tmp", out)
-  return paths
-
-
-def _sentences(src):
-  """(row, sentence) of every sentence a CsvSource / CocoSource holds, in row order."""
-  for k, row in enumerate(src.rows):
-    for s in row[-1]:
-      yield k, s
-
-
-def read_synthetic(root: str, size: int, seed: int, fmt: str = "csv", any_image_format: bool = False,
-                   binding_noise: float = 0.0):
-  """The complete world of (size, seed, binding_noise) under `root` as an `AnalysedSource` in format `fmt`
-  (`SYNTHETIC_FORMATS`)."""
-  if fmt not in SYNTHETIC_FORMATS:
-    raise ValueError(f"synthetic format {fmt!r}: use one of {SYNTHETIC_FORMATS}")
-  paths = synthetic.read_world(root, size, seed, binding_noise)
-  path = os.path.join(root, ANALYSES_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{root}: no {ANALYSES_FILE}; the world's writer (data.sources.write_synthetic) adds it")
-  with open(path) as f:
-    cached = json.load(f)
-  same_world = cached.get("world") == synthetic.world_record(size, seed, binding_noise)
-  if not same_world or not pos_pipeline_has_parser(cached.get("pos_pipeline", "")):
-    raise ValueError(f"{path} was tagged for another world or without spaCy's parser; delete it (the next run tags "
-                     "the world again)")
-  src = _world_sources(paths, any_image_format)[fmt]
-  return AnalysedSource(src, {s: Analysis.from_json(a) for s, a in cached["analyses"].items()}, path)
-
-
-class AnalysedSource:
-  """A CsvSource / CocoSource whose raw records carry `analysis` (aligned with `sentences`) from a cache of every
-  sentence's spaCy analysis, so the sample builders read it (`samples.analyses`) instead of tagging on the fly.
-
-  Everything else — rows, rejects, orientation, `materialize` — is the wrapped source's."""
-  def __init__(self, source, analyses: dict[str, Analysis], path: str = ""):
-    missing = [s for _, s in _sentences(source) if s not in analyses]
-    if missing:
-      raise ValueError(f"{path or 'the analysis cache'} has no analysis of {len(missing)} sentence(s) of "
-                       f"{source.path}, e.g. {missing[0]!r}; delete it (the next run tags the world again)")
-    self.source, self.analyses, self.path = source, analyses, source.path
-
-  def __len__(self) -> int:
-    return len(self.source)
-
-  def __getitem__(self, i: int) -> dict:
-    raw = self.source[i]
-    return {**raw, "analysis": [self.analyses[s] for s in raw["sentences"]]}
-
-  def __getattr__(self, name):  # rows, rejected, wide, image_root, paraphrases, read_rejects, materialize
-    if name in ("source", "analyses"):  # not set yet (unpickling): no recursion
-      raise AttributeError(name)
-    return getattr(self.source, name)

@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 
 from compclip_jax import methods
 from compclip_jax.data import pipeline as pl
-from compclip_jax.data import records, sources
+from compclip_jax.data import records, source_config
 from compclip_jax.data.sources import PreparedSource
 from compclip_jax.errors import UserError
 from compclip_jax.evaluators import run as evaluation
@@ -58,7 +58,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
     errors += methods.get(c.method).problems(c)
   else:
     errors.append(f"method {c.method!r}: use one of {methods.names()}")
-  errors += _model_problems(c.model) + sources.config_errors(c.data) + evaluation.config_errors(c.evals)
+  errors += _model_problems(c.model) + source_config.config_errors(c.data) + evaluation.config_errors(c.evals)
   if c.optim.schedule not in optim.SCHEDULES:
     errors.append(f"optim.schedule {c.optim.schedule!r}: use one of {optim.SCHEDULES}")
   n_dev, n_proc = jax.device_count(), jax.process_count()
@@ -78,8 +78,8 @@ def barrier(name: str) -> None:
 
 
 def make_source(c, workdir: str):
-  """The training source of `c.data` (data/sources.py); a synthetic world is written once, by process 0."""
-  return sources.make_source(c.data, workdir, c.seed, jax.process_index(), barrier)
+  """The training source of `c.data` (data/source_config.py); a synthetic world is written once, by process 0."""
+  return source_config.make_source(c.data, workdir, c.seed, jax.process_index(), barrier)
 
 
 def _check_prepared_alpha(c, meta: dict, kinds) -> None:

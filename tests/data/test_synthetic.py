@@ -12,7 +12,8 @@ import sentencepiece as spm
 from tests import paths
 from compclip_jax import assets
 from compclip_jax.data import synthetic
-from compclip_jax.data import sources
+from compclip_jax.data import source_config
+from compclip_jax.data import world as world_source
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.sources import CocoSource, CsvSource
 from compclip_jax.data.tokenizers import T5Tokenizer
@@ -85,23 +86,23 @@ def test_bag_of_words_world_has_the_same_images_and_exchanged_colours_in_half_it
 
 
 def test_summary_table_is_mean_and_sample_std_over_seeds():
-  from compclip_jax.demo import run as demo
+  from compclip_jax.demo import tables  # pylint: disable=import-outside-toplevel
   cols = {"pretrained": {"swap": [0.5, 0.6, 0.7]}, "clic": {"swap": [0.6, 0.6, 0.6], "replace": [0.9, 0.8, 1.0]}}
-  lines = demo.summary_table(cols, [0, 1, 2]).splitlines()
+  lines = tables.summary_table(cols, [0, 1, 2]).splitlines()
   assert lines[0].startswith("| held-out benchmark (%), mean ± std over seeds 0, 1, 2 | pretrained | clic |")
   assert lines[2] == "| swap | 60.0 ± 10.0 | 60.0 ± 0.0 |"  # std with ddof=1: sqrt(((−10)² + 0 + 10²) / 2) = 10
 
 
 def test_paired_table_is_the_change_per_seed():
-  from compclip_jax.demo import run as demo
-  rows = demo.PAIRED_ROWS
+  from compclip_jax.demo import tables  # pylint: disable=import-outside-toplevel
+  rows = tables.PAIRED_ROWS
   cols = {"pretrained": {r: [0.5, 0.6, 0.7] for r in rows}, "clic": {r: [0.6, 0.6, 0.9] for r in rows}}
-  lines = demo.paired_table(cols).splitlines()
+  lines = tables.paired_table(cols).splitlines()
   assert len(lines) == 3 and lines[0].startswith("| change from the pretrained model")
   # per-seed changes +10, 0, +20 → mean +10, std sqrt((0² + 10² + 10²) / 2) = 10
   assert lines[2] == "| clic | " + " | ".join(["+10.0 ± 10.0 (+10.0 / +0.0 / +20.0)"] * len(rows)) + " |"
   cols["clip"] = {r: [0.6, 0.5, 0.7] for r in rows}  # against a control: +0, +10, +20 points
-  lines = demo.paired_table(cols, [("clic", "clip")], "change beyond its control").splitlines()
+  lines = tables.paired_table(cols, [("clic", "clip")], "change beyond its control").splitlines()
   assert lines[0].startswith("| change beyond its control (points)")
   assert lines[2] == "| clic − clip | " + " | ".join(["+10.0 ± 10.0 (+0.0 / +10.0 / +20.0)"] * len(rows)) + " |"
 
@@ -109,14 +110,14 @@ def test_paired_table_is_the_change_per_seed():
 def test_clic_negative_kinds_on_the_world(tmp_path):
   """The README's breakdown of what CLIC's negatives swap: a hand case for reading the moved word, then counts on a
   small world that add up and name only the world's kinds of words."""
-  from compclip_jax.demo import run as demo
+  from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
   neg = "a white star below a red diamond. a green square above a blue circle."  # red ↔ green across the two
-  assert demo._moved_word("a red square above a blue circle", neg) == "red"  # pylint: disable=protected-access
-  assert demo._moved_word("a white star below a green diamond", neg) == "green"  # pylint: disable=protected-access
-  kinds = [demo._word_kind(w) for w in ("blue", "star", "large", "left", "picture")]  # pylint: disable=protected-access
+  assert diagnostics._moved_word("a red square above a blue circle", neg) == "red"  # pylint: disable=protected-access
+  assert diagnostics._moved_word("a white star below a green diamond", neg) == "green"  # pylint: disable=protected-access
+  kinds = [diagnostics._word_kind(w) for w in ("blue", "star", "large", "left", "picture")]  # pylint: disable=protected-access
   assert kinds == ["colour", "shape", "size", "relation", "other"]
   world = synthetic.write_world(str(tmp_path / "w"), 60, seed=2)
-  counts = demo.clic_negative_kinds(world["csv"], n=200, seed=1)
+  counts = diagnostics.clic_negative_kinds(world["csv"], n=200, seed=1)
   assert sum(counts.values()) == 200
   assert set(counts) <= {"colour", "shape", "size", "relation", "other", "within one sentence", "none"}
   assert counts["colour"] + counts["shape"] > 50
@@ -147,15 +148,16 @@ def test_synthetic_source_is_written_once_and_read_back_identically(tmp_path, mo
   root = str(tmp_path / "world")
   met = []
   with pytest.raises(FileNotFoundError, match="world.json missing"):  # a reader never writes
-    sources.synthetic_source(root, 24, 5, "csv", process_index=1, barrier=met.append)
-  first = sources.synthetic_source(root, 24, 5, "csv", process_index=0, barrier=met.append, tagger=_CountingTagger())
+    world_source.synthetic_source(root, 24, 5, "csv", process_index=1, barrier=met.append)
+  first = world_source.synthetic_source(root, 24, 5, "csv", process_index=0, barrier=met.append,
+                                        tagger=_CountingTagger())
   assert _CountingTagger.calls == 1 and met == ["synthetic world written"] * 2
   files = _snapshot(root)
   assert {"world.json", "clic_rows.csv", "dataset_coco.json", "paraphrases.json", "analyses.json"} <= set(files)
   # a second start — process 0 again, then another process — renders, tags and writes nothing
   monkeypatch.setattr(synthetic, "render", lambda *a: pytest.fail("the world was rendered a second time"))
-  again = sources.synthetic_source(root, 24, 5, "csv", process_index=0, tagger=_CountingTagger())
-  other = sources.synthetic_source(root, 24, 5, "coco", process_index=1)
+  again = world_source.synthetic_source(root, 24, 5, "csv", process_index=0, tagger=_CountingTagger())
+  other = world_source.synthetic_source(root, 24, 5, "coco", process_index=1)
   assert _CountingTagger.calls == 1 and _snapshot(root) == files
   assert len(first) == len(again) == len(other) == 24
   for i in range(24):
@@ -164,12 +166,12 @@ def test_synthetic_source_is_written_once_and_read_back_identically(tmp_path, mo
   assert [first[i]["sentences"] for i in range(24)] == [plain_csv[i]["sentences"] for i in range(24)]
   assert [other[i]["paraphrases"] for i in range(24)] and all(other[i]["paraphrases"] for i in range(24))
   with pytest.raises(ValueError, match="size 24 .asked: 25."):  # another world in the same folder is refused
-    sources.synthetic_source(root, 25, 5, "csv")
+    world_source.synthetic_source(root, 25, 5, "csv")
 
 
 def test_cached_analyses_are_what_the_tagger_computes(tmp_path):
   """The analysis the synthetic source hands the sample builders = spaCy's on that very sentence, tagged alone."""
-  world = sources.synthetic_source(str(tmp_path / "w"), 30, 1, "coco")
+  world = world_source.synthetic_source(str(tmp_path / "w"), 30, 1, "coco")
   fresh = SpacyTagger()
   for i in range(len(world)):
     rec = world.materialize(world[i])
@@ -182,14 +184,14 @@ def test_make_source_reads_the_config(tmp_path):
   d = ml_collections.ConfigDict(
       dict(source="synthetic", path="", image_root="", paraphrases="", splits=("train",), synthetic_size=0,
            synthetic_format="tsv", synthetic_binding_noise=0.6, any_image_format=False))
-  assert sources.config_errors(d) == [
+  assert source_config.config_errors(d) == [
       "data.synthetic_size 0: the synthetic world needs ≥ 1 scene",
       "data.synthetic_format 'tsv': use one of ('csv', 'coco')",
       "data.synthetic_binding_noise 0.6: a probability in [0, 0.5]"
   ]
   d.synthetic_size, d.synthetic_format, d.synthetic_binding_noise = 16, "csv", 0.0
-  assert sources.config_errors(d) == []
-  src = sources.make_source(d, str(tmp_path), seed=2)  # default place: <workdir>/world
+  assert source_config.config_errors(d) == []
+  src = source_config.make_source(d, str(tmp_path), seed=2)  # default place: <workdir>/world
   assert len(src) == 16 and (tmp_path / "world" / "world.json").exists()
   assert json.load(open(tmp_path / "world" / "world.json")) == synthetic.world_record(16, 2)
 

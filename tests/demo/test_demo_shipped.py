@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from compclip_jax.demo import diagnose as diagnostics
 from compclip_jax.demo import run as demo
 from compclip_jax.demo import shipped as demo_shipped
 from compclip_jax.weights import loading
@@ -90,7 +91,7 @@ def test_regenerating_the_shipped_model_reproduces_its_diagnostics(tmp_path):
   c.seed = record["seed"]
   out = tmp_path / "out"
   demo.write_pretrained(c, str(tmp_path / "work"), str(out), demo.DemoOptions(**opts, from_scratch=True))
-  got = demo.diagnose(str(out / "clip"), str(tmp_path / "work"), record["seed"])
+  got = diagnostics.diagnose(str(out / "clip"), str(tmp_path / "work"), record["seed"])
   want = record["diagnostics"]
   for side in ("image", "text"):
     for key in ("bag", "binding"):
