@@ -77,6 +77,7 @@ class Section:
   # (key, old value, new value): values older versions named after this method (e.g. its schedule's old name)
   renamed_values: tuple[tuple[str, object, object], ...] = ()
   fixed: tuple[str, ...] = ()
+  neutral: tuple[str, ...] = ()  # keys that do not change what is trained (may differ between starts of one run)
   runlocal: Callable[[ml_collections.ConfigDict], None] | None = None  # applied to the whole config
 
 

@@ -177,14 +177,15 @@ def new_value(key: str, value, renamed_values) -> object:
 def migrate_flat(flat: dict, renamed: tuple[tuple[str, str], ...], renamed_values=(),
                  keep: set | None = None) -> tuple[dict, list]:
   """A flat {dotted key: value} (a recorded run identity) with older keys and values renamed; renamed keys not in
-  `keep` (another method's sections, which older configs carried) are dropped. → (migrated, [(old, new)])."""
+  `keep` (another method's sections, which older configs carried) are dropped. → (migrated, [(old, new)] of the
+  renamed keys kept)."""
   out, moved = {}, []
   for k, v in flat.items():
     new = rename(k, renamed)
     if new is not None:
-      moved.append((k, new))
       if keep is not None and new not in keep:
         continue
+      moved.append((k, new))
       k = new
     out[k] = new_value(k, v, renamed_values)
   return out, moved

@@ -76,7 +76,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[s
 def run_identity(c: ml_collections.ConfigDict, t: Trainer) -> dict:
   """What makes this run (runinfo.describe): config, parameter shapes, trainable set, data size, schedule length."""
   return runinfo.describe(c.to_dict(), param_shapes=initial_flat(t.model), trainable=t.trainable_paths,
-                          data_records=t.n_records, total_steps=t.total)
+                          data_records=t.n_records, total_steps=t.total,
+                          neutral=tuple(k for s in t.method.sections for k in s.neutral))
 
 
 def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], lock: runinfo.Lock) -> dict:

@@ -104,13 +104,15 @@ def _jsonable(x):
   return json.loads(json.dumps(x, default=str))
 
 
-def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_records: int, total_steps: int) -> dict:
+def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_records: int, total_steps: int,
+             neutral: tuple[str, ...] = ()) -> dict:
   """The flat {key: value} that identifies a run.
 
   config: `ConfigDict.to_dict()`; param_shapes: {dotted path: (shape, dtype)} of every parameter, frozen ones too;
-  trainable: the trainable paths; data_records: records the source holds; total_steps: the resolved schedule length.
+  trainable: the trainable paths; data_records: records the source holds; total_steps: the resolved schedule length;
+  neutral: more keys (or prefixes) that may differ between starts, besides NEUTRAL (a method section's own).
   """
-  flat = {k: v for k, v in _flatten(config).items() if not k.startswith(NEUTRAL)}
+  flat = {k: v for k, v in _flatten(config).items() if not k.startswith(NEUTRAL + tuple(neutral))}
   c = config
   flat["total_steps"] = int(total_steps)
   shapes = {k: [list(s), str(d)] for k, (s, d) in sorted(param_shapes.items())}

@@ -10,8 +10,10 @@ import sys
 import time
 
 import pytest
+from flax import nnx
 
 from compclip_jax import methods
+from tests import paths
 from compclip_jax.cli import app as cli
 from compclip_jax.train import runinfo
 from configs import clic, read
@@ -256,3 +258,27 @@ def test_older_command_line_keys_are_read_as_todays(caplog):
   ]
   lines = [r.getMessage() for r in caplog.records if "older config keys" in r.getMessage()]
   assert len(lines) == 1 and "t5.init → read.t5.init" in lines[0]
+
+
+@pytest.mark.parametrize("name", ["clic", "read"])
+def test_a_workdir_written_before_the_method_sections_resumes(name):
+  """The run identity the code before the method sections wrote (tests/fixtures/old_layout, recorded by 269ffbb's
+  `python -m compclip_jax.main --config=configs/<name>.py:runlocal --config.total_steps=1`) read by today's code
+  equals today's identity of the same run — config values, parameter shapes, trainable set — with nothing
+  unmatched: such a workdir resumes."""
+  from compclip_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
+  from compclip_jax.train import state  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(paths.FIXTURES, "old_layout", f"{name}_runlocal_identity.json")) as f:
+    old = json.load(f)["identity"]
+  c = (clic if name == "clic" else read).get_config("runlocal")
+  c.total_steps = 1
+  method = methods.get(name)
+  model = state.build_model(c, method)
+  _, trainable, _, _ = state.split_parameters(c, model)
+  today = runinfo.describe(c.to_dict(), param_shapes=state.initial_flat(model),
+                           trainable=[".".join(map(str, p)) for p, _ in nnx.to_flat_state(trainable)],
+                           data_records=old["data.records"], total_steps=1,
+                           neutral=tuple(k for s in method.sections for k in s.neutral))
+  assert runinfo.differences(old, today) or runinfo.unmatched(old, today)  # the layouts differ as written
+  migrated, _ = config_lib.migrate_flat(old, methods.renamed_keys(), methods.renamed_values(), set(today))
+  assert runinfo.differences(migrated, today) == [] and runinfo.unmatched(migrated, today) == []

@@ -53,7 +53,7 @@ RENAMED = (("loss.w_con", "read.w_con"), ("loss.w_rec", "read.w_rec"), ("loss.w_
            ("data.read_target_may_equal_positive", "read.target_may_equal_positive"),
            ("data.read_overlapping_swaps", "read.overlapping_swaps"), ("model.read_proj_init", "read.proj_init"),
            ("export.t5_decoder", "read.export_decoder"), ("t5.", "read.t5."))
-SECTION = base.Section("read", defaults, problems, renamed=RENAMED, runlocal=runlocal,
+SECTION = base.Section("read", defaults, problems, renamed=RENAMED, runlocal=runlocal, neutral=("read.export_decoder",),
                        renamed_values=(("optim.schedule", "read", "warmup_steps_cosine"),))
 
 
