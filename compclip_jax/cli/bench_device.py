@@ -103,14 +103,6 @@ def point_config(p: Point, compute_dtype, frozen_dtype, attention: str, remat: b
   return c
 
 
-def build(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool):
-  """(graphdef, trainable state fp32, frozen state in `frozen_dtype`) of a randomly initialised model, split by the
-  method's own rules (train/state.py, as training does)."""
-  c = point_config(p, compute_dtype, frozen_dtype, attention, remat)
-  graphdef, trainable, frozen, _ = state.split_parameters(c, state.build_model(c, methods.get(c.method)))
-  return graphdef, trainable, frozen
-
-
 def step_of(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool, mesh, abstract: bool):
   """(jitted step of p.kind, its state.State): built by train/state.py exactly as training builds them."""
   c = point_config(p, compute_dtype, frozen_dtype, attention, remat)

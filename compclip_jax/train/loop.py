@@ -100,7 +100,7 @@ def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], loc
 
 
 # ------------------------------------------------------------------------------------------------- open the run
-def _previous_identity(c, t: Trainer, workdir: str, identity: dict) -> dict | None:
+def _previous_identity(workdir: str, identity: dict) -> dict | None:
   """The recorded run of `workdir`, its older config keys read as today's (one warning line)."""
   previous = runinfo.load(workdir)
   if previous is None:
@@ -116,7 +116,7 @@ def _open_run(c, t: Trainer, workdir: str, allow: tuple[str, ...]) -> tuple[dict
   """This run, or another one? (before anything in the workdir is read or written) → (identity, the recorded run or
   None, the allowed changes). Refuses a workdir whose results no recorded run wrote."""
   identity = run_identity(c, t)
-  previous = _previous_identity(c, t, workdir, identity)
+  previous = _previous_identity(workdir, identity)
   fixed = tuple(k for s in t.method.sections for k in s.fixed)
   changes = runinfo.check(runinfo.differences(previous["identity"], identity), allow, workdir, fixed) \
       if previous else []

@@ -122,12 +122,13 @@ def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.M
   tx = optim.make_optimizer(schedule, optim.decay_mask_tree(trainable, decay), c.optim)
   train_sh = sharding.state_shardings(mesh, trainable, c.mesh.min_fsdp_size)
   frozen_sh = sharding.state_shardings(mesh, frozen, c.mesh.min_fsdp_size)
-  opt_sh = sharding.state_shardings(mesh, jax.eval_shape(tx.init, trainable), c.mesh.min_fsdp_size)
+  opt_shapes = jax.eval_shape(tx.init, trainable)
+  opt_sh = sharding.state_shardings(mesh, opt_shapes, c.mesh.min_fsdp_size)
   rep = sharding.replicated(mesh)
   state_sh = steps.TrainState(rep, train_sh, opt_sh, rep)
   paths = [".".join(map(str, p)) for p, _ in nnx.to_flat_state(trainable)]
   if abstract:
-    state = steps.TrainState(jax.ShapeDtypeStruct((), jnp.int32), trainable, jax.eval_shape(tx.init, trainable),
+    state = steps.TrainState(jax.ShapeDtypeStruct((), jnp.int32), trainable, opt_shapes,
                              jax.eval_shape(lambda: jax.random.PRNGKey(0)))
     return State(graphdef, _abstract(state, state_sh), _abstract(frozen, frozen_sh), state_sh, frozen_sh, tx, schedule,
                  paths)
