@@ -40,6 +40,16 @@ def no_partner(opts) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class Layout:
+  """The global batch a kind's pipeline emits (data/pipeline.py) besides `image` uint8 [B, S, S, 3]: ids int32
+  [B, texts, L]; neg_valid bool [B, *negatives] when `negatives` is not None; para_ids int32 [B, L] with
+  `paraphrase`; t5_target int32 [B, T5] when the kind has a T5 target. What a compile check builds abstractly."""
+  texts: int = 1
+  negatives: tuple[int, ...] | None = None
+  paraphrase: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class StepKind:
   """One kind of train step. Picklable (module-level functions only): grain workers receive it with the pipeline."""
   name: str  # pipeline layout, data-state and `loss/<name>` key: checkpointed, never rename
@@ -53,6 +63,20 @@ class StepKind:
   t5_target: bool = False  # the sample has a "target" caption the T5 tokenizer encodes (the decoder's target)
   # its images follow data.alpha_premultiplied_resize; False: alpha is always dropped before resizing
   alpha_from_config: bool = True
+  layout: Layout = Layout()
+
+  def batch_shapes(self, batch: int, image_size: int, text_len: int = 77, t5_len: int = 77) -> dict:
+    """{key: (shape, dtype name)} of the global batch its pipeline emits (`Layout`), at full token width."""
+    out = {
+        "image": ((batch, image_size, image_size, 3), "uint8"), "ids": ((batch, self.layout.texts, text_len), "int32")
+    }
+    if self.layout.negatives is not None:
+      out["neg_valid"] = ((batch, *self.layout.negatives), "bool")
+    if self.layout.paraphrase:
+      out["para_ids"] = ((batch, text_len), "int32")
+    if self.t5_target:
+      out["t5_target"] = ((batch, t5_len), "int32")
+    return out
 
 
 def no_problems(c: ml_collections.ConfigDict) -> list[str]:

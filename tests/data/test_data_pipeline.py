@@ -369,3 +369,13 @@ def test_global_batch_does_not_depend_on_host_count(prepared, tok, tagger):
   for step in range(2):
     for k in one[step]:
       np.testing.assert_array_equal(np.concatenate([hosts[0][step][k], hosts[1][step][k]]), one[step][k])
+
+
+@pytest.mark.parametrize("kind", ["clic", "clic_clip", "negclip", "read", "clic_read", "clip"])
+def test_a_kinds_declared_batch_is_what_its_pipeline_emits(tmp_path, tok, tagger, t5tok, kind):
+  """`StepKind.batch_shapes` (what a compile check builds abstractly) against a real batch of the kind's pipeline."""
+  path, root, para_path, _ = df.write_coco_json(tmp_path, broken=False)
+  src = CocoSource(str(path), str(root), paraphrases=read_paraphrases(str(para_path)))
+  b = next(pl.make_batches(src, _cfg(kind, batch_size=4), tok, t5tok, tagger=tagger))
+  got = {k: (v.shape, v.dtype.name) for k, v in b.items()}
+  assert got == methods.step_kind(kind).batch_shapes(4, 64)

@@ -69,7 +69,8 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   return losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg, c.clic.w_uni)
 
 
-STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner)
+STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner,
+                     layout=base.Layout(texts=5, negatives=()))
 CLIP_STEP = base.StepKind("clic_clip", clip_method.sample, clip_method.loss)  # model's normalisation, no partner
 
 

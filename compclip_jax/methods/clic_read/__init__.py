@@ -63,7 +63,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
 
 
 STEP = base.StepKind("clic_read", sample, loss, options=clic.options, normalization=clic.normalization,
-                     partner=clic.needs_partner, t5_target=True)
+                     partner=clic.needs_partner, t5_target=True, layout=clic.STEP.layout)
 
 
 def _schedule(c) -> tuple[base.StepKind, ...]:

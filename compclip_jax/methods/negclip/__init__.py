@@ -59,5 +59,5 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip))
 
 
-STEP = base.StepKind("negclip", sample, loss, options=options)
+STEP = base.StepKind("negclip", sample, loss, options=options, layout=base.Layout(texts=2, negatives=()))
 METHOD = base.Method("negclip", (STEP,), console_terms=(), sections=(SECTION,))

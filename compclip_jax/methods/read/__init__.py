@@ -75,6 +75,7 @@ def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
   return {k[len("clip."):]: v for k, v in flat.items() if k.startswith("clip.")}
 
 
-STEP = base.StepKind("read", sample, loss, options=options, t5_target=True, alpha_from_config=False)
+STEP = base.StepKind("read", sample, loss, options=options, t5_target=True, alpha_from_config=False,
+                     layout=base.Layout(texts=4, negatives=(3,), paraphrase=True))
 METHOD = base.Method("read", (STEP,), console_terms=("con", "rec", "align"), sections=(config.SECTION,),
                      recipe=config.recipe, extend_model=model.extend_model, export_parts=export_parts, needs_parse=True)
