@@ -1,0 +1,128 @@
+"""python -m compclip_jax.compile: will this config fit that TPU? Every step kind the config runs, compiled on this
+host for a TPU topology's compile-only devices (libtpu's compiler; nothing runs, no weights are read beyond the
+config's model), with the trainer's own state, rules, optimiser and shardings at the config's global batch.
+
+  python -m compclip_jax.compile --config=configs/clic.py --topology=v5e-8 [--config.KEY=VALUE …] [--output=F.json]
+  python -m compclip_jax.compile --config=configs/read.py --topology=v5e:2x4 --find_batch
+
+Prints one Markdown row per step kind: HBM per device (arguments, outputs, donated aliases, temporaries, code)
+against the device's HBM, fits with its margin, the compiler's FLOPs and bytes accessed per device, collectives by
+kind with their bytes, a roofline step time (max of FLOPs ÷ peak and bytes ÷ HBM bandwidth: compclip_jax/cli/tpu.py
+cites the figures), the samples/s and MFU that implies, and the compile time. Needs libtpu
+(`pip install -r requirements-tpu-compile.txt`); docs/tpu.md has the measured tables.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from compclip_jax.cli import app as cli
+from compclip_jax.cli import config_files, tpu
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<method>.py[:arg]).", lock_config=True)
+_TOPOLOGY = flags.DEFINE_string("topology", None, "A slice (v5e-8, v4-8, v5p-128, …) or a topology (v5e:2x4).",
+                                required=True)
+_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over the data-center network (multi-slice).")
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON here.")
+_FIND = flags.DEFINE_bool("find_batch", False, "Also bisect the largest global batch at which every step fits.")
+
+COLUMNS = ("step", "global batch", "HBM/device GiB (args + out − alias + temp + code)", "device HBM GiB", "fits",
+           "TFLOP/device", "GB accessed/device", "collectives (count, GB)", "roofline ms", "samples/s", "MFU",
+           "compile s")
+
+
+def _gib(x: float) -> str:
+  return f"{x / 2 ** 30:.2f}"
+
+
+def row(r, batch: int, capacity: int, peak: float, bw: float) -> dict:
+  """One table row (and the JSON entry) of a StepReport; `peak` / `bw` per device."""
+  if r.error:
+    return {
+        "step": r.kind, "global batch": batch, "fits": "no (compiler: out of memory)",
+        "compile s": f"{r.compile_s:.0f}",
+        "json": {"fits": False, "error": r.error, "hbm_capacity_bytes": capacity, "compile_s": r.compile_s}
+    }
+  hbm, t = r.hbm_bytes, max(r.flops / peak, r.bytes_accessed / bw)
+  fits = hbm <= capacity
+  coll = ", ".join(f"{k} {v['count']} ({v['bytes'] / 1e9:.2f})" for k, v in sorted(r.collectives.items()))
+  return {
+      "step": r.kind, "global batch": batch, "HBM/device GiB (args + out − alias + temp + code)":
+          f"{_gib(hbm)} ({_gib(r.argument_bytes)} + "
+          f"{_gib(r.output_bytes)} − {_gib(r.alias_bytes)} + {_gib(r.temp_bytes)} + {_gib(r.code_bytes)})",
+      "device HBM GiB": _gib(capacity), "fits": f"{'yes' if fits else 'no'} ({100 * (1 - hbm / capacity):+.0f} %)",
+      "TFLOP/device": f"{r.flops / 1e12:.2f}", "GB accessed/device": f"{r.bytes_accessed / 1e9:.1f}",
+      "collectives (count, GB)": coll or "none", "roofline ms": f"{1e3 * t:.1f}", "samples/s": f"{batch / t:,.0f}",
+      "MFU": f"{100 * r.flops / (t * peak):.0f} %", "compile s": f"{r.compile_s:.0f}", "json": {
+          "hbm_bytes_per_chip": hbm, "hbm_capacity_bytes": capacity, "fits": fits, "flops_per_chip": r.flops,
+          "bytes_accessed_per_chip": r.bytes_accessed, "collectives": r.collectives, "roofline_s": t,
+          "compile_s": r.compile_s, "temp_bytes": r.temp_bytes, "argument_bytes": r.argument_bytes,
+          "output_bytes": r.output_bytes, "alias_bytes": r.alias_bytes, "code_bytes": r.code_bytes
+      }
+  }
+
+
+def markdown(rows: list[dict]) -> str:
+  lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+  return "\n".join(lines + ["| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |" for r in rows])
+
+
+def _fits(c, devices, capacity: int, batch: int) -> bool:
+  from compclip_jax.train import aot  # pylint: disable=import-outside-toplevel
+  c = c.copy_and_resolve_references()
+  c.batch_size = batch
+  return all(not r.error and r.hbm_bytes <= capacity for r in aot.compile_steps(c, devices).values())
+
+
+def find_batch(c, devices, capacity: int) -> int:
+  """The largest global batch (a multiple of the devices) at which every step kind fits: doubling, then bisection."""
+  n = len(devices)
+  lo, hi = 0, n
+  while _fits(c, devices, capacity, hi):
+    lo, hi = hi, hi * 2
+  while hi - lo > n:
+    mid = (lo + hi) // (2 * n) * n
+    lo, hi = (mid, hi) if _fits(c, devices, capacity, mid) else (lo, mid)
+  return lo
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  topology, chip, chips = tpu.resolve(_TOPOLOGY.value)
+  devices = tpu.compile_only_devices(topology, _SLICES.value)
+  from compclip_jax.train import aot  # pylint: disable=import-outside-toplevel  # after the TPU environment is set
+  c = _CONFIG.value
+  if c.batch_size % len(devices):
+    raise cli.UserError(f"batch_size {c.batch_size} is not divisible by the {len(devices)} devices of {topology}")
+  capacity = tpu.device_hbm_bytes(chip, devices[0])
+  share = len(devices) / (chips * _SLICES.value)  # devices per chip (a v4 core alone: 2)
+  peak, bw = chip.peak_flops / share, chip.hbm_bw / share
+  print(
+      f"{c.method} on {topology} × {_SLICES.value} slice(s): {len(devices)} devices ({devices[0].device_kind}), "
+      f"{_gib(capacity)} GiB HBM, {peak / 1e12:.0f} TFLOP/s bf16 and {bw / 1e9:.0f} GB/s per device", flush=True)
+  rows = [row(r, c.batch_size, capacity, peak, bw) for r in aot.compile_steps(c, devices).values()]
+  print(markdown(rows), flush=True)
+  out = {
+      "topology": topology, "chips": chips * _SLICES.value, "devices": len(devices), "num_slices": _SLICES.value,
+      "method": c.method, "global_batch": c.batch_size, "steps": {r["step"]: r["json"] for r in rows}
+  }
+  if _FIND.value:
+    out["largest_global_batch"] = find_batch(c, devices, capacity)
+    print(f"largest global batch at which every step fits: {out['largest_global_batch']}", flush=True)
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, "w") as f:
+      json.dump(out, f, indent=2)
+
+
+def run() -> None:
+  sys.argv = config_files.resolve_argv(sys.argv)
+  flags.mark_flag_as_required("config")
+  app.run(cli.guard(main))
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,103 @@
+"""Ahead-of-time compile of every step kind a config runs, on any devices — a TPU topology's compile-only devices
+on a CPU host (cli/compile.py), or the host's own — with the trainer's own state, rules, optimiser and shardings
+(train/state.py) at the config's global batch and full token width: the compiler's memory, FLOPs, bytes and
+collectives per device. Nothing runs; no device memory is allocated.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from compclip_jax import methods
+from compclip_jax.train import sharding, state
+
+# collective ops of an HLO module, counted with their result bytes (one line per op, `-start` for async pairs)
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")
+_OP = re.compile(r"=\s*(\(?[^=]*?\)?)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\(")
+_SHAPE = re.compile(r"(pred|s8|u8|s16|u16|s32|u32|s64|u64|bf16|f16|f32|f64)\[([\d,]*)\]")
+_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8,
+    "u64": 8, "f64": 8
+}
+
+
+@dataclasses.dataclass
+class StepReport:
+  """One compiled step kind, per device (the SPMD partition's program)."""
+  kind: str
+  compile_s: float
+  argument_bytes: int = 0
+  output_bytes: int = 0
+  alias_bytes: int = 0
+  temp_bytes: int = 0
+  code_bytes: int = 0
+  flops: float = 0.0
+  bytes_accessed: float = 0.0
+  collectives: dict = dataclasses.field(default_factory=dict)  # op → {"count": n, "bytes": result bytes}
+  error: str = ""  # the compiler's refusal (e.g. RESOURCE_EXHAUSTED: does not fit)
+
+  @property
+  def hbm_bytes(self) -> int:
+    """Arguments + outputs − donated aliases + temporaries + code: what the program holds at its peak."""
+    return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes + self.code_bytes
+
+
+def _result_bytes(result: str) -> int:
+  return sum(
+      _BYTES[t] * int(np.prod([int(d) for d in dims.split(",") if d] or [1])) for t, dims in _SHAPE.findall(result))
+
+
+def collectives(hlo_text: str) -> dict:
+  """{op: {"count", "bytes"}} of the collective ops in an HLO module's text (async `-start` ops once each)."""
+  out = collections.defaultdict(lambda: {"count": 0, "bytes": 0})
+  for line in hlo_text.splitlines():
+    m = _OP.search(line)
+    if m:
+      out[m.group(2)]["count"] += 1
+      out[m.group(2)]["bytes"] += _result_bytes(m.group(1))
+  return dict(out)
+
+
+def abstract_batch(kind, batch: int, image_size: int, sh) -> dict:
+  """The kind's global batch (`StepKind.batch_shapes`, full token width) as ShapeDtypeStructs sharded `sh`."""
+  return {
+      k: jax.ShapeDtypeStruct(shape, np.dtype(dt), sharding=sh)
+      for k, (shape, dt) in kind.batch_shapes(batch, image_size).items()
+  }
+
+
+def report(kind: str, compiled, seconds: float) -> StepReport:
+  """The compiler's own analysis of one compiled step."""
+  mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
+  cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+  return StepReport(kind, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes,
+                    mem.temp_size_in_bytes, mem.generated_code_size_in_bytes, float(cost.get("flops", 0.0)),
+                    float(cost.get("bytes accessed", 0.0)), collectives(compiled.as_text()))
+
+
+def compile_steps(c: ml_collections.ConfigDict, devices) -> dict[str, StepReport]:
+  """kind → StepReport of every step kind `c` runs, compiled for `devices` (a mesh of c.mesh's shape over them)."""
+  method = methods.get(c.method)
+  mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp, devices)
+  model = state.build_model(c, method)
+  st = state.build_state(c, model, mesh, max(1, c.total_steps or 1000), abstract=True)
+  fns = state.jit_steps(c, method, model, st, mesh)
+  size, batch_sh = model.clip_cfg.vision.image_size, sharding.batch_sharding(mesh)
+  out = {}
+  for kind in method.step_kinds(c):
+    t0 = time.perf_counter()
+    try:
+      compiled = fns[kind.name].lower(st.state, st.frozen, abstract_batch(kind, c.batch_size, size, batch_sh)).compile()
+    except Exception as e:  # pylint: disable=broad-except  # an out-of-memory compile is a row, not a crash
+      if "RESOURCE_EXHAUSTED" not in str(e):
+        raise
+      out[kind.name] = StepReport(kind.name, time.perf_counter() - t0, error=" ".join(str(e).split())[:300])
+      continue
+    out[kind.name] = report(kind.name, compiled, time.perf_counter() - t0)
+  return out

@@ -1,0 +1,113 @@
+"""The TPU compile check (compclip_jax/cli/compile.py, train/aot.py) on libtpu's compile-only devices: every step kind
+of a tiny config compiles for v5e:2x2 and v4:2x2x2 with the trainer's own state, fits, and XLA:TPU counts the same
+FLOPs as XLA:CPU; slice names resolve; the HLO collective counter reads a hand-written module; user mistakes are one
+line. Skipped where libtpu is absent (requirements-tpu-compile.txt; CI installs it)."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from compclip_jax.cli import tpu
+from compclip_jax.errors import UserError
+from compclip_jax.train import aot
+from configs import clic_read, negclip
+from tests import paths
+
+try:
+  import libtpu  # noqa: F401  pylint: disable=unused-import
+  HAVE_LIBTPU = True
+except ImportError:
+  HAVE_LIBTPU = False
+needs_libtpu = pytest.mark.skipif(not HAVE_LIBTPU, reason=f"no TPU compiler here: {tpu.INSTALL}")
+ENV = {**os.environ, "PYTHONPATH": paths.ROOT}
+
+
+def test_slice_names_resolve_to_topologies():
+  assert tpu.resolve("v5e-8")[0] == "v5e:2x4" and tpu.resolve("v5e-256")[0] == "v5e:16x16"
+  assert tpu.resolve("v4-8")[:3:2] == ("v4:2x2x1", 4) and tpu.resolve("v4-32")[0] == "v4:2x2x4"
+  assert tpu.resolve("v5p-128")[0] == "v5p:4x4x4" and tpu.resolve("v6e-8")[0] == "v6e:2x4"
+  assert tpu.resolve("v5e:4x4")[2] == 16 and tpu.resolve("v2-8")[0] == "v2:2x2"
+  for bad in ("v9-8", "v5e-12", "tpu"):
+    with pytest.raises(UserError):
+      tpu.resolve(bad)
+
+
+def test_collectives_are_counted_with_their_bytes():
+  hlo = """
+  %ag = bf16[8,512]{1,0} all-gather(bf16[2,512]{1,0} %p), replica_groups={{0,1,2,3}}, dimensions={0}
+  %ars = (f32[16]{0}, f32[4]{0}) all-reduce-start(f32[16]{0} %a, f32[4]{0} %b), to_apply=%add
+  %ard = (f32[16]{0}, f32[4]{0}) all-reduce-done((f32[16]{0}, f32[4]{0}) %ars)
+  %cp = s32[3]{0} collective-permute(s32[3]{0} %x), source_target_pairs={{0,1}}
+  %rs = f32[2,8]{1,0} reduce-scatter(f32[8,8]{1,0} %y), dimensions={0}
+  """
+  assert aot.collectives(hlo) == {
+      "all-gather": {"count": 1, "bytes": 8 * 512 * 2}, "all-reduce": {"count": 1, "bytes": 16 * 4 + 4 * 4},
+      "collective-permute": {"count": 1, "bytes": 12}, "reduce-scatter": {"count": 1, "bytes": 64}
+  }
+
+
+def _tiny(module, **kw):
+  c = module.get_config("runlocal")
+  for k, v in kw.items():
+    *path, leaf = k.split(".")
+    target = c
+    for p in path:
+      target = target[p]
+    target[leaf] = v
+  return c
+
+
+@needs_libtpu
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v4:2x2x2"])
+def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
+  """clic_read (its CLIC+READ step and CLIC's CLIP step: the decoder, W, alternation) with FSDP over every device."""
+  devices = tpu.compile_only_devices(topology)
+  c = _tiny(clic_read, **{"mesh.data": 1, "mesh.fsdp": -1, "batch_size": len(devices)})
+  reports = aot.compile_steps(c, devices)
+  assert set(reports) == {"clic_read", "clic_clip"}
+  cap = tpu.device_hbm_bytes(tpu.resolve(topology)[1], devices[0])
+  assert len(devices) == (4 if topology.startswith("v5e") else 16)  # a v4 chip shows its 2 cores as 2 devices
+  assert cap == 16 * 2 ** 30  # v5e: a chip's 16 GiB; v4: a core alone holds half of its chip's 32
+  for r in reports.values():
+    assert not r.error and 0 < r.hbm_bytes < cap and r.temp_bytes > 0 and r.flops > 0 and r.bytes_accessed > 0
+    assert "all-gather" in r.collectives  # FSDP gathers the sharded parameters
+
+
+@needs_libtpu
+def test_tpu_and_cpu_compilers_count_the_same_flops():
+  """The same step (NegCLIP, data-parallel) for 4 TPU v5e chips and for 4 of this host's CPU devices: the programs
+  differ (layouts, fusions), the FLOPs of the maths do not (within 10 %)."""
+  c = _tiny(negclip)
+  on_tpu = aot.compile_steps(c, tpu.compile_only_devices("v5e:2x2"))["negclip"]
+  on_cpu = aot.compile_steps(c, jax.devices()[:4])["negclip"]
+  assert on_cpu.flops > 0 and abs(on_tpu.flops / on_cpu.flops - 1) < 0.10, (on_tpu.flops, on_cpu.flops)
+
+
+def _cli(*args):
+  return subprocess.run([sys.executable, "-m", "compclip_jax.compile", *args], cwd=paths.ROOT, env=ENV,
+                        capture_output=True, text=True, timeout=600)
+
+
+@needs_libtpu
+def test_the_command_prints_a_row_per_step_and_writes_json(tmp_path):
+  out = _cli("--config=configs/clic.py:runlocal", "--topology=v5e-4", f"--output={tmp_path / 'c.json'}")
+  assert out.returncode == 0, out.stderr[-2000:]
+  rows = [l for l in out.stdout.splitlines() if l.startswith("| clic")]
+  assert len(rows) == 2 and all("| yes (" in r for r in rows)
+  got = json.loads((tmp_path / "c.json").read_text())
+  assert got["topology"] == "v5e:2x2" and got["chips"] == 4 and set(got["steps"]) == {"clic", "clic_clip"}
+  for s in got["steps"].values():
+    assert s["fits"] and 0 < s["hbm_bytes_per_chip"] < s["hbm_capacity_bytes"] and s["flops_per_chip"] > 0
+
+
+def test_mistakes_are_one_line(tmp_path):
+  for args, says in ((["--config=configs/clic.py:runlocal", "--topology=v7-8"], "--topology=v7-8"),
+                     (["--config=configs/clic.py:runlocal", "--topology=v5e-4",
+                       "--config.batch_size=6"], "not divisible by the 4 devices")):
+    if "v5e-4" in args[1] and not HAVE_LIBTPU:
+      says = "libtpu is not installed"
+    out = _cli(*args)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr[-1500:]
