@@ -41,6 +41,7 @@ class StepReport:
   bytes_accessed: float = 0.0
   collectives: dict = dataclasses.field(default_factory=dict)  # op → {"count": n, "bytes": result bytes}
   error: str = ""  # the compiler's refusal (e.g. RESOURCE_EXHAUSTED: does not fit)
+  hlo: str = dataclasses.field(default="", repr=False)  # the compiled module's text
 
   @property
   def hbm_bytes(self) -> int:
@@ -78,7 +79,7 @@ def report(kind: str, compiled, seconds: float) -> StepReport:
   cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
   return StepReport(kind, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes,
                     mem.temp_size_in_bytes, mem.generated_code_size_in_bytes, float(cost.get("flops", 0.0)),
-                    float(cost.get("bytes accessed", 0.0)), collectives(compiled.as_text()))
+                    float(cost.get("bytes accessed", 0.0)), collectives(compiled.as_text()), hlo=compiled.as_text())
 
 
 def compile_steps(c: ml_collections.ConfigDict, devices) -> dict[str, StepReport]:

@@ -237,3 +237,19 @@ def test_clic_read_target_is_p2(tmp_path, tagger):
   ref = clic_samples.sample(rec, partner, np.random.default_rng(3), tagger, opts)
   assert s["texts"] == ref["texts"] and s["target"] == ref["texts"][1]
   assert s["target"].startswith(partner["sentences"][0].strip().rstrip("."))  # p2 = j.first + i.first
+
+
+def test_per_set_is_the_tower_on_the_stacked_sets():
+  """base.per_set runs the captions sample-major and reorders the outputs: the rows of fn(stacked(ids)), set by set."""
+  from compclip_jax.methods import base  # pylint: disable=import-outside-toplevel
+  from compclip_jax.models import clip_config  # pylint: disable=import-outside-toplevel
+  from compclip_jax.models.clip import CLIP  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  clip = CLIP(clip_config.tiny(), rngs=nnx.Rngs(0))
+  ids = np.random.default_rng(0).integers(1, 400, (3, 5, 12)).astype(np.int32)
+  ids[..., -1] = clip_config.tiny().text.vocab_size - 1  # EOT
+  want = clip.text_model(base.stacked(jnp.asarray(ids)))
+  got = base.per_set(clip.text_model, jnp.asarray(ids))
+  assert got.shape == (15, clip_config.tiny().text.width)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-6)
+  assert not np.allclose(np.asarray(got[:3]), np.asarray(got[3:6]))  # sets differ: the order is checked

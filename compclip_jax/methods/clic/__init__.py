@@ -58,7 +58,7 @@ def encode(model, batch: dict, norm: tuple):
   """→ (img [B, D], txt [5B, D] stacked [p1; p2; p3; p4; n], both L2-normalised fp32, s [])."""
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
-  txt = clip.encode_text(base.stacked(batch["ids"]), normalize=True)
+  txt = base.per_set(lambda ids: clip.encode_text(ids, normalize=True), batch["ids"])
   return img, txt, base.logit_scale(clip)
 
 

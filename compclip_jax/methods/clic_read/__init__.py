@@ -49,7 +49,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   + w_align·L_align; metrics clic/* and read/rec, read/align."""
   clip = model.clip
   img = base.image_embeddings(clip, batch, norm)
-  pooled = clip.text_model(base.stacked(batch["ids"]))  # [5B, width]: p1 (B); p2; p3; p4; n
+  pooled = base.per_set(clip.text_model, batch["ids"])  # [5B, width]: p1 (B); p2; p3; p4; n
   txt = l2_normalize(clip.text_projection(pooled))
   scale = base.logit_scale(clip)
   b = img.shape[0]

@@ -55,7 +55,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   del rng, c
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
-  txt = clip.encode_text(base.stacked(batch["ids"]), normalize=True)  # [2B, D]
+  txt = base.per_set(lambda ids: clip.encode_text(ids, normalize=True), batch["ids"])  # [2B, D]
   return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip))
 
 

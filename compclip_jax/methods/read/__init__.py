@@ -54,7 +54,7 @@ def loss(read_model, batch: dict, rng, norm: tuple, c) -> tuple:
   losses.read_loss (metrics read/*, con/*)."""
   clip = read_model.clip
   img = base.image_embeddings(clip, batch, norm)
-  pooled = clip.text_model(base.stacked(batch["ids"]))  # [4B, width]
+  pooled = base.per_set(clip.text_model, batch["ids"])  # [4B, width]
   txt = l2_normalize(clip.text_projection(pooled))
   b = img.shape[0]
   dec_logits = reconstruction_logits(read_model, pooled[:b], batch["t5_target"], rng, c)
