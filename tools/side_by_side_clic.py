@@ -42,7 +42,7 @@ if len(sys.argv) < 2 or not sys.argv[1].isdigit():
   print(__doc__, file=sys.stderr)
   sys.exit(2)
 
-# Both sides run under the opt-in host allocator policy (compclip_jax/host_memory.py: freed memory kept for the next
+# Both sides run under the opt-in host allocator policy (compclip_jax/cli/host_memory.py: freed memory kept for the next
 # step instead of page-faulted in again), set before torch or jax start a thread: this harness's default is
 # COMPCLIP_HOST_MALLOC=keep; COMPCLIP_HOST_MALLOC=default measures both under glibc's defaults.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # ours: after theirs (no name clash)

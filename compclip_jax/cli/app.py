@@ -26,7 +26,7 @@ EXIT_DIVERGED = 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 # A missing or unreadable input file is the user's to fix too (the message names it).
 USER_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # compclip_jax/, every module of it
 
 
 class _OwnLinesOrWarnings(logging.Filter):

@@ -19,7 +19,7 @@
       model.attention from the config). E.g. --config.model.random=ViT-B-32-quickgelu --config.data.image_size=224
       --config.batch_size=8 --config.model.frozen_dtype=float32
   python -m compclip_jax.bench device [--smoke]
-      The prepared accelerator benchmark (compclip_jax/bench_device.py, docs/performance.md): CLIC, CLIC's CLIP and
+      The prepared accelerator benchmark (compclip_jax/cli/bench_device.py, docs/performance.md): CLIC, CLIC's CLIP and
       READ steps at ViT-B/32 (B 256, 800) and a ViT-L/14 CLIC point, bf16, one Markdown table. --smoke: tiny, CPU.
 """
 from __future__ import annotations

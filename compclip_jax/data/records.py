@@ -185,7 +185,8 @@ class SkipReport:
     return len(self._pending)
 
   def rewind(self, mark: int) -> None:
-    """Forgets the load-time skips recorded after `mark` (their batch was read ahead, then given back: train.py)."""
+    """Forgets the load-time skips recorded after `mark` (their batch was read ahead, then given back:
+    train/loop.py)."""
     del self._pending[mark:]
 
   def resumed(self, step: int) -> None:

@@ -16,7 +16,7 @@ GAP_ROWS = (("attributes", "replace_att", "swap_att"), ("objects", "replace_obj"
 
 def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300) -> dict:
   """What the CLIP of HF directory `clip_dir` carries (docs/demo.md "Diagnostics"): the bag and binding probes on
-  its frozen image and text embeddings (demo_probe; scenes cached in `<workdir>/probe`) and its bag-of-words gap
+  its frozen image and text embeddings (demo/probe.py; scenes cached in `<workdir>/probe`) and its bag-of-words gap
   (replace − swap, attributes and objects) on the held-out benchmarks of `seed` (`<workdir>/world/benchmarks`, the
   fine-tuning's files). Writes `<workdir>/diagnose.{json,md}`; returns the record."""
   from compclip_jax.demo import probe as demo_probe  # pylint: disable=import-outside-toplevel

@@ -1,5 +1,6 @@
-"""The demo's plots, from metrics.jsonl rows (compclip_jax/metrics.py): one run's curves next to its control's, and a
-seed sweep's bars. Called by compclip_jax/demo.py (`report`, `sweep`); matplotlib (Agg) is imported on first use.
+"""The demo's plots, from metrics.jsonl rows (compclip_jax/train/metrics.py): one run's curves next to its control's,
+and a seed sweep's bars. Called by compclip_jax/demo/run.py (`report`, `sweep`); matplotlib (Agg) is imported on
+first use.
 
   plot_report(rows, path, method, control_rows, control)   held-out benchmarks over steps + the method's loss terms
   plot_summary(cols, path)                                  mean ± std over seeds per benchmark row and run

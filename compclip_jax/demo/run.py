@@ -10,7 +10,7 @@ top of the library (`train.run` on `configs/<method>.py:demo` values; nothing in
    seen in training), written once into `<workdir>/world` by the first training run (`data.source="synthetic"`,
    `evals.source="synthetic"`) and read by every later one;
 2. the starting point in the papers' regime — a tiny CLIP whose frozen vision tower binds colours to shapes and whose
-   text tower is a bag of words, and READ's tiny T5 v1.1 decoder — shipped in the package (`demo_shipped`; hashes
+   text tower is a bag of words, and READ's tiny T5 v1.1 decoder — shipped in the package (`demo/shipped.py`; hashes
    checked) or, with `--from_scratch`, pretrained in `<workdir>/pretrained` in three stages (`pretrain`);
 3. fine-tuning with the method's control (plain contrastive fine-tuning of what the method trains, `CONTROL_OF`) and
    then the method, from that checkpoint (`configs/<method>.py:demo`), evaluated along the way;

@@ -1,4 +1,4 @@
-"""The prepared device benchmark (compclip_jax/bench_device.py): --smoke runs on this CPU and prints the table the
+"""The prepared device benchmark (compclip_jax/cli/bench_device.py): --smoke runs on this CPU and prints the table the
 accelerator run will print; it imports none of the dependencies that do not travel to the accelerator machine."""
 import io
 import subprocess

@@ -1,4 +1,4 @@
-"""The host allocator policy (compclip_jax/host_memory.py): a repeated CPU step stops page-faulting its
+"""The host allocator policy (compclip_jax/cli/host_memory.py): a repeated CPU step stops page-faulting its
 temporaries in, only when asked (COMPCLIP_HOST_MALLOC=keep), and a bad setting is a clear error."""
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Asynchronous checkpoints (compclip_jax/checkpointing.py): what `save` was given is what a restore returns, even
+"""Asynchronous checkpoints (compclip_jax/train/checkpointing.py): what `save` was given is what a restore returns, even
 when the next step donates and overwrites the saved buffers while the write is in flight; iterator states follow
 orbax's `keep`."""
 import jax

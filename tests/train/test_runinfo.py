@@ -1,5 +1,5 @@
-"""A workdir is one run (compclip_jax/runinfo.py): the fingerprint comparison, the lock, the writability check; and the
-console rules shared by the entry points (compclip_jax/cli.py). Unit tests: no training."""
+"""A workdir is one run (compclip_jax/train/runinfo.py): the fingerprint comparison, the lock, the writability check;
+and the console rules shared by the entry points (compclip_jax/cli/app.py). Unit tests: no training."""
 import errno
 import json
 import logging
@@ -172,7 +172,7 @@ def test_quiet_logging_keeps_own_lines_and_warnings(tmp_path):
     logging.getLogger("absl").info("orbax chatter")
     logging.getLogger("jax._src.xla_bridge").info("Unable to initialize backend 'tpu'")
     logging.getLogger("orbax").warning("a library warning")
-    own = logging.LogRecord("root", logging.INFO, os.path.join(cli.PACKAGE_DIR, "train.py"), 1, "resumed", None, None)
+    own = logging.LogRecord("root", logging.INFO, os.path.join(paths.PKG, "train", "loop.py"), 1, "resumed", None, None)
     root.handle(own)
     handler.flush()
     text = (tmp_path / "log").read_text()
