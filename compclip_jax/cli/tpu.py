@@ -6,6 +6,7 @@ Chip figures: Google Cloud's TPU system-architecture pages (cloud.google.com/tpu
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 
@@ -45,20 +46,13 @@ def resolve(name: str) -> tuple[str, Chip, int]:
   gen, shape, count = m.group(1), m.group(2), m.group(3)
   chip = CHIPS[gen]
   if shape:
-    return f"{gen}:{shape}", chip, int(eval_product(shape))
+    return f"{gen}:{shape}", chip, math.prod(int(d) for d in shape.split("x"))
   n = int(count) // (2 if gen in ("v2", "v3", "v4", "v5p") else 1)
   table = _SHAPES_2D if gen in ("v2", "v3", "v5e", "v6e") else _SHAPES_3D
   if n not in table:
     raise UserError(f"--topology={name}: {n} chips is no slice this command knows; give a topology string "
                     f"({gen}:AxB{'xC' if table is _SHAPES_3D else ''})")
   return f"{gen}:{table[n]}", chip, n
-
-
-def eval_product(shape: str) -> int:
-  out = 1
-  for d in shape.split("x"):
-    out *= int(d)
-  return out
 
 
 def compile_only_devices(topology: str, num_slices: int = 1) -> list:
