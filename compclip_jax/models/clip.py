@@ -156,12 +156,14 @@ class EncoderLayer(nnx.Module):
 
 
 class Encoder(nnx.Module):
-  """`remat` (bool) rematerialises each block in the backward pass under `remat_policy` (REMAT_POLICIES)."""
+  """`remat` (bool) rematerialises each block in the backward pass under `remat_policy` (REMAT_POLICIES); `scan`
+  (bool) runs the blocks before the last as one `jax.lax.scan` over their stacked parameters."""
   def __init__(self, cfg: TextConfig | VisionConfig, dt: DTypes, *, rngs: nnx.Rngs, remat: bool = False,
-               attention: str = "explicit", remat_policy: str = "full"):
+               attention: str = "explicit", remat_policy: str = "full", scan: bool = False):
     self.layers = nnx.List([EncoderLayer(cfg, dt, rngs=rngs, attention=attention) for _ in range(cfg.layers)])
     self.policy = remat_policy_fn(remat_policy)  # validates the name even when remat is off
     self.remat = remat and remat_policy != "none"
+    self.scan = scan
 
   def __call__(self, x, causal: bool, rows: jax.Array | None = None):
     """x [B, L, W] → [B, L, W]; with `rows` int [B] → [B, W], the last block's output at those positions only.
@@ -170,13 +172,39 @@ class Encoder(nnx.Module):
     later block reads the last block's other positions, so computing its queries, attention output and MLP at
     one position instead of L is exact and saves ~10/12 of the last block's matmuls (docs/performance.md).
     """
-    last = len(self.layers) - 1
-    for i, layer in enumerate(self.layers):
-      r = rows if i == last else None
-      # Rematerialisation trades a second forward per block for not storing its activations (training only).
-      x = nnx.remat(lambda m, h, r: m(h, causal, r), policy=self.policy)(layer, x, r) if self.remat else layer(
-          x, causal, r)
-    return x
+    *body, last = self.layers
+    if self.scan and len(body) > 1:
+      x = self._scanned(body, x, causal)
+    else:
+      for layer in body:
+        x = self._block(layer, x, causal, None)
+    return self._block(last, x, causal, rows)
+
+  def _block(self, layer: EncoderLayer, x, causal: bool, rows):
+    # Rematerialisation trades a second forward per block for not storing its activations (training only).
+    if self.remat:
+      return nnx.remat(lambda m, h, r: m(h, causal, r), policy=self.policy)(layer, x, rows)
+    return layer(x, causal, rows)
+
+  def _scanned(self, layers: list[EncoderLayer], x, causal: bool):
+    """The blocks `layers` as one scan step each over their parameters stacked [n, …]: the same function (each
+    step is a block), compiled once instead of n times. The layers keep their own parameters (checkpoints and
+    weight maps see no difference); the stack is a copy made inside the step, and its gradient flows back to them.
+    Under `remat` each step is rematerialised: the backward pass is a loop too, so at most one block's activations
+    are recomputed at a time (an unrolled stack of remat blocks leaves XLA free to schedule every recomputation at
+    once)."""
+    graphdef, state = nnx.split(layers[0])
+    leaves, treedef = jax.tree.flatten(state)
+    # plain arrays through the scan (and jax.checkpoint): the Variables are rebuilt inside each step
+    stacked = [jnp.stack(xs) for xs in zip(*(jax.tree.leaves(nnx.state(layer)) for layer in layers))]
+    assert len(stacked) == len(leaves)
+
+    def step(h, arrays):
+      return nnx.merge(graphdef, jax.tree.unflatten(treedef, arrays))(h, causal), None
+
+    if self.remat:
+      step = jax.checkpoint(step, policy=self.policy)
+    return jax.lax.scan(step, x, stacked)[0]
 
 
 class Embeddings(nnx.Module):
@@ -186,7 +214,7 @@ class Embeddings(nnx.Module):
 class TextTransformer(nnx.Module):
   """Token + position embeddings, causal encoder, final LN, EOT pooling (METHODS §4)."""
   def __init__(self, cfg: TextConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
-               attention: str = "explicit", remat_policy: str = "full"):
+               attention: str = "explicit", remat_policy: str = "full", scan: bool = False):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
     self.embeddings.token_embedding = nnx.Embed(
@@ -195,7 +223,7 @@ class TextTransformer(nnx.Module):
     self.embeddings.position_embedding = nnx.Embed(
         cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
         **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.01)))
-    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy)
+    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy, scan=scan)
     self.final_layer_norm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
 
   def __call__(self, ids: jax.Array) -> jax.Array:
@@ -222,7 +250,7 @@ def eot_positions(ids: jax.Array, cfg: TextConfig) -> jax.Array:
 class VisionTransformer(nnx.Module):
   """Patch conv (no bias) + class token + positions, pre-LN, encoder, post-LN on the class token."""
   def __init__(self, cfg: VisionConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
-               attention: str = "explicit", remat_policy: str = "full"):
+               attention: str = "explicit", remat_policy: str = "full", scan: bool = False):
     self.cfg, self.dt = cfg, dt
     self.embeddings = Embeddings()
     init = _inits(rngs, "init", init=nnx.initializers.normal(cfg.width ** -0.5))["init"]
@@ -235,7 +263,7 @@ class VisionTransformer(nnx.Module):
         cfg.num_patches + 1, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
         **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.pre_layrnorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)  # sic: HF's spelling
-    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy)
+    self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy, scan=scan)
     self.post_layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
 
   def __call__(self, pixels: jax.Array) -> jax.Array:
@@ -265,15 +293,16 @@ class CLIP(nnx.Module):
   Precision (docs/performance.md): each tower has its own DTypes, storage (`param`) and `compute`; parameters that
   are trained stay fp32 (`param`), so gradients and AdamW moments are fp32 whatever the compute dtype; embeddings
   leave the towers through `l2_normalize` in fp32, so logits and losses are fp32. `attention` (ATTENTION) and
-  `remat_policy` (REMAT_POLICIES, used with `remat_text`) change speed and memory, not the function computed.
+  `remat_policy` (REMAT_POLICIES, used with `remat_text`) and `scan_layers` (both towers' blocks as a scan) change
+  speed, memory and compile time, not the function computed.
   """
   def __init__(self, cfg: CLIPConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
                vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
-               remat_policy: str = "full"):
+               remat_policy: str = "full", scan_layers: bool = False):
     self.cfg = cfg
     self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text, attention=attention,
-                                      remat_policy=remat_policy)
-    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, attention=attention)
+                                      remat_policy=remat_policy, scan=scan_layers)
+    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, attention=attention, scan=scan_layers)
     init = _inits(rngs, "kernel_init")
     self.text_projection = Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
                                   param_dtype=text_dtypes.param, rngs=rngs, **init)

@@ -24,10 +24,10 @@ def _model() -> dict:
   # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained parameters and
   # AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference numerics) | "xla" | "cudnn" |
   # "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16); remat_policy "full" | "dots_saveable" | "none",
-  # used when remat_text
+  # used when remat_text; scan_layers: each tower's blocks as one lax.scan (compiled once; docs/tpu.md)
   return dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16", compute_dtype="float32",
               remat_text=False, text_compute_dtype="", vision_compute_dtype="", attention="explicit",
-              remat_policy="full")
+              remat_policy="full", scan_layers=False)
 
 
 def _data() -> dict:

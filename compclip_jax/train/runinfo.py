@@ -39,6 +39,7 @@ NEUTRAL = (
     "mesh.",
     "model.remat_text",
     "model.remat_policy",
+    "model.scan_layers",
     # represented by the resolved values of the fingerprint (total_steps) or there under the same name
     "num_epochs")
 # Differences no checkpoint can continue with: another model, another optimiser state tree, other data pipelines.

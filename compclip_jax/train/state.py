@@ -44,12 +44,12 @@ class Model:
 
 
 def clip_factory(c: ml_collections.ConfigDict):
-  """cfg → a CLIP module with the run's dtypes, attention and remat settings."""
+  """cfg → a CLIP module with the run's dtypes, attention, remat and scan settings."""
   m = c.model
   text_dt = DTypes(compute=m.text_compute_dtype or m.compute_dtype)
   vision_dt = DTypes(compute=m.vision_compute_dtype or m.compute_dtype)
   return lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt, remat_text=m.
-                          remat_text, attention=m.attention, remat_policy=m.remat_policy)
+                          remat_text, attention=m.attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers)
 
 
 def _random_clip_config(c: ml_collections.ConfigDict) -> clip_config.CLIPConfig:
