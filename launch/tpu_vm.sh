@@ -10,11 +10,15 @@ usage() {
 usage: launch/tpu_vm.sh [options] COMMAND [options] [-- <python -m compclip_jax.main flags>]
 
 commands (in the order of a run):
+  check    here, before anything is booked: will the training flags after -- fit --accelerator? Every step
+           kind compiled by libtpu for that slice on this machine (python -m compclip_jax.compile
+           --require_fit; needs pip install -r requirements-tpu-compile.txt; docs/tpu.md "Will my run fit?")
   create   create the TPU VM            (--accelerator, --version, --spot | --preemptible)
   sync     copy this checkout (git-tracked files, uncommitted edits included) to every worker
   setup    on every worker: venv, requirements.txt (torch from the CPU index), the TPU build of jax
   mount    mount a Cloud Storage bucket on every worker with gcsfuse at /gcs/BUCKET (--bucket=BUCKET)
-  run      start the training command on every worker, detached; flags after -- go to compclip_jax.main.
+  run      the check above first (--no_check skips it), then start the training command on every worker,
+           detached; flags after -- go to compclip_jax.main.
            On a pod, --workdir must be a directory all workers share (checkpoints are written by every
            worker): the mounted bucket, e.g. --workdir=/gcs/BUCKET/clic, or an NFS/Filestore mount.
            Logs are appended to (each start begins with a "==== start" line), never truncated; a worker whose
@@ -38,6 +42,7 @@ options (each also from the environment variable in brackets):
   --bucket=BUCKET        for mount                           [TPU_BUCKET]
   --worker=N|all         for tail / ssh                      [default all]
   --follow               for tail: keep following (one worker)
+  --no_check             for run: start without the compile check
   --dry-run              print the commands, run nothing (anywhere on the line; never passed on after --)
   -h, --help
 
@@ -69,6 +74,7 @@ run_name=${TPU_RUN_NAME:-run}
 bucket=${TPU_BUCKET:-}
 worker=all
 follow=0
+check=1
 dry=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -85,6 +91,7 @@ while [ $# -gt 0 ]; do
     --bucket=*) bucket=${1#*=} ;;
     --worker=*) worker=${1#*=} ;;
     --follow) follow=1 ;;
+    --no_check) check=0 ;;
     --dry-run) dry=1 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -92,7 +99,7 @@ while [ $# -gt 0 ]; do
     *)
       [ -z "$command" ] || { echo "unexpected argument: $1 (one command; training flags go after --)" >&2; exit 2; }
       case "$1" in
-        create|sync|setup|mount|run|tail|stop|delete|ssh) command=$1 ;;
+        check|create|sync|setup|mount|run|tail|stop|delete|ssh) command=$1 ;;
         *) echo "unknown command: $1 (see --help)" >&2; exit 2 ;;
       esac ;;
   esac
@@ -110,7 +117,7 @@ for a in "$@"; do
   fi
 done
 set -- "${rest[@]+"${rest[@]}"}"
-[ -n "$zone" ] || { echo "--zone (or TPU_ZONE) is required" >&2; exit 2; }
+[ -n "$zone" ] || [ "$command" = check ] || { echo "--zone (or TPU_ZONE) is required" >&2; exit 2; }
 case "$capacity" in ""|spot|preemptible) ;; *) echo "TPU_CAPACITY must be spot or preemptible" >&2; exit 2 ;; esac
 case "$worker" in all|[0-9]*) ;; *) echo "--worker must be a number or all" >&2; exit 2 ;; esac
 
@@ -135,7 +142,24 @@ on_workers() {
   run "${tpu[@]}" ssh "$name" "${common[@]}" --worker="$1" --command="$2"
 }
 
+# The compile check of the training flags for the accelerator, run here (libtpu's compiler, no TPU needed): only
+# --config and --config.* are handed on; a GCP accelerator type (v5litepod-8) becomes the slice name (v5e-8).
+compile_check() {
+  local a cmd=(python -m compclip_jax.compile --topology="${accelerator/v5litepod-/v5e-}" --require_fit)
+  for a in "$@"; do
+    case "$a" in --config=*|--config.*) cmd+=("$a") ;; esac
+  done
+  run "${cmd[@]}" || {
+    echo "not started: the run does not fit $accelerator, or the check could not run (above); --no_check skips it" >&2
+    exit 1
+  }
+}
+
 case "$command" in
+  check)
+    [ $# -gt 0 ] || { echo "give the training flags after -- (see --help)" >&2; exit 2; }
+    compile_check "$@"
+    ;;
   create)
     extra=()
     [ "$capacity" = spot ] && extra+=(--spot)
@@ -178,6 +202,7 @@ mountpoint -q /gcs/$(q "$bucket") || gcsfuse --implicit-dirs $(q "$bucket") /gcs
     ;;
   run)
     [ $# -gt 0 ] || { echo "give the training flags after -- (see --help)" >&2; exit 2; }
+    [ "$check" = 0 ] || compile_check "$@"
     train="python -m compclip_jax.main --distributed"
     for a in "$@"; do train+=" $(q "$a")"; done
     logs="logs/$run_name"

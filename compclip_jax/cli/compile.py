@@ -13,6 +13,7 @@ cites the figures), the samples/s and MFU that implies, and the compile time. Ne
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -28,6 +29,7 @@ _TOPOLOGY = flags.DEFINE_string("topology", None, "A slice (v5e-8, v4-8, v5p-128
 _SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over the data-center network (multi-slice).")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON here.")
 _FIND = flags.DEFINE_bool("find_batch", False, "Also bisect the largest global batch at which every step fits.")
+_REQUIRE = flags.DEFINE_bool("require_fit", False, "Exit 1 when a program does not fit (launch/tpu_vm.sh run).")
 
 COLUMNS = ("step", "global batch", "HBM/device GiB (args + out − alias + temp + code)", "device HBM GiB", "fits",
            "TFLOP/device", "GB accessed/device", "collectives (count, GB)", "roofline ms", "samples/s", "MFU",
@@ -38,13 +40,17 @@ def _gib(x: float) -> str:
   return f"{x / 2 ** 30:.2f}"
 
 
-def row(r, batch: int, capacity: int, peak: float, bw: float) -> dict:
-  """One table row (and the JSON entry) of a StepReport; `peak` / `bw` per device."""
+def row(r, capacity: int, peak: float, bw: float, per_chip: int = 1) -> dict:
+  """One table row (and the JSON entry) of a StepReport; `capacity`, `peak`, `bw` per device, `per_chip` devices
+  per chip (a v4 chip's two TensorCores: 2). The row is per device (what must fit); the JSON has both."""
+  batch = r.batch
   if r.error:
     return {
         "step": r.kind, "global batch": batch, "fits": "no (compiler: out of memory)",
-        "compile s": f"{r.compile_s:.0f}",
-        "json": {"fits": False, "error": r.error, "hbm_capacity_bytes": capacity, "compile_s": r.compile_s}
+        "compile s": f"{r.compile_s:.0f}", "json": {
+            "fits": False, "error": r.error, "global_batch": batch, "hbm_capacity_bytes": capacity * per_chip,
+            "hbm_capacity_bytes_per_device": capacity, "compile_s": r.compile_s
+        }
     }
   hbm, t = r.hbm_bytes, max(r.flops / peak, r.bytes_accessed / bw)
   fits = hbm <= capacity
@@ -57,8 +63,10 @@ def row(r, batch: int, capacity: int, peak: float, bw: float) -> dict:
       "TFLOP/device": f"{r.flops / 1e12:.2f}", "GB accessed/device": f"{r.bytes_accessed / 1e9:.1f}",
       "collectives (count, GB)": coll or "none", "roofline ms": f"{1e3 * t:.1f}", "samples/s": f"{batch / t:,.0f}",
       "MFU": f"{100 * r.flops / (t * peak):.0f} %", "compile s": f"{r.compile_s:.0f}", "json": {
-          "hbm_bytes_per_chip": hbm, "hbm_capacity_bytes": capacity, "fits": fits, "flops_per_chip": r.flops,
-          "bytes_accessed_per_chip": r.bytes_accessed, "collectives": r.collectives, "roofline_s": t,
+          "global_batch": batch, "hbm_bytes_per_chip": hbm * per_chip, "hbm_capacity_bytes": capacity * per_chip,
+          "hbm_bytes_per_device": hbm, "hbm_capacity_bytes_per_device": capacity, "fits": fits,
+          "flops_per_chip": r.flops * per_chip, "flops_per_device": r.flops,
+          "bytes_accessed_per_device": r.bytes_accessed, "collectives": r.collectives, "roofline_s": t,
           "compile_s": r.compile_s, "temp_bytes": r.temp_bytes, "argument_bytes": r.argument_bytes,
           "output_bytes": r.output_bytes, "alias_bytes": r.alias_bytes, "code_bytes": r.code_bytes
       }
@@ -74,48 +82,94 @@ def _fits(c, devices, capacity: int, batch: int) -> bool:
   from compclip_jax.train import aot  # pylint: disable=import-outside-toplevel
   c = c.copy_and_resolve_references()
   c.batch_size = batch
-  return all(not r.error and r.hbm_bytes <= capacity for r in aot.compile_steps(c, devices).values())
+  return all(not r.error and r.hbm_bytes <= capacity for r in aot.compile_steps(c, devices, encoders=False).values())
 
 
 def find_batch(c, devices, capacity: int) -> int:
-  """The largest global batch (a multiple of the devices) at which every step kind fits: doubling, then bisection."""
+  """The largest global batch (a multiple of the devices) at which every training step kind fits (the evaluation
+  encoders do not depend on it): from the config's batch, doubling while it fits or halving until it does, then
+  bisection between the last that fits and the first that does not. 0: not even one row per device fits."""
   n = len(devices)
-  lo, hi = 0, n
-  while _fits(c, devices, capacity, hi):
-    lo, hi = hi, hi * 2
+  start = max(n, c.batch_size // n * n)
+  if _fits(c, devices, capacity, start):
+    lo, hi = start, 2 * start
+    while _fits(c, devices, capacity, hi):
+      lo, hi = hi, 2 * hi
+  else:
+    lo, hi = start // 2 // n * n, start
+    while lo and not _fits(c, devices, capacity, lo):
+      lo, hi = lo // 2 // n * n, lo
   while hi - lo > n:
     mid = (lo + hi) // (2 * n) * n
     lo, hi = (mid, hi) if _fits(c, devices, capacity, mid) else (lo, mid)
   return lo
 
 
-def main(argv) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  topology, chip, chips = tpu.resolve(_TOPOLOGY.value)
-  devices = tpu.compile_only_devices(topology, _SLICES.value)
+def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = False) -> dict:
+  """Compiles every program of config `c` and prints the table; returns the JSON report (`steps.<kind>.fits`).
+
+  `topology` (a slice or topology string): its compile-only devices on this host. None: the TPU this process runs
+  on (a Colab or Cloud TPU runtime: what the notebooks check before they train), its HBM as the runtime reports it.
+  """
+  if topology is None:
+    import jax  # pylint: disable=import-outside-toplevel
+    devices = jax.devices()
+    if devices[0].platform != "tpu":
+      raise cli.UserError(f"no TPU here ({devices[0].platform}): give a topology (--topology=v5e-8)")
+    chip = tpu.chip_of(devices[0])
+    chips = max(1, len(devices) * (getattr(devices[0], "num_cores", None) or 1) // chip.cores)
+    topology = f"this runtime ({devices[0].device_kind})"
+  else:
+    topology, chip, chips = tpu.resolve(topology)
+    devices = tpu.compile_only_devices(topology, num_slices)
   from compclip_jax.train import aot  # pylint: disable=import-outside-toplevel  # after the TPU environment is set
-  c = _CONFIG.value
   if c.batch_size % len(devices):
     raise cli.UserError(f"batch_size {c.batch_size} is not divisible by the {len(devices)} devices of {topology}")
   capacity = tpu.device_hbm_bytes(chip, devices[0])
-  share = len(devices) / (chips * _SLICES.value)  # devices per chip (a v4 core alone: 2)
+  share = len(devices) / (chips * num_slices)  # devices per chip (a v4 core alone: 2)
   peak, bw = chip.peak_flops / share, chip.hbm_bw / share
   print(
-      f"{c.method} on {topology} × {_SLICES.value} slice(s): {len(devices)} devices ({devices[0].device_kind}), "
+      f"{c.method} on {topology} × {num_slices} slice(s): {len(devices)} devices ({devices[0].device_kind}), "
       f"{_gib(capacity)} GiB HBM, {peak / 1e12:.0f} TFLOP/s bf16 and {bw / 1e9:.0f} GB/s per device", flush=True)
-  rows = [row(r, c.batch_size, capacity, peak, bw) for r in aot.compile_steps(c, devices).values()]
+  rows = [row(r, capacity, peak, bw, round(share)) for r in aot.compile_steps(c, devices).values()]
   print(markdown(rows), flush=True)
   out = {
-      "topology": topology, "chips": chips * _SLICES.value, "devices": len(devices), "num_slices": _SLICES.value,
+      "topology": topology, "chips": chips * num_slices, "devices": len(devices), "num_slices": num_slices,
       "method": c.method, "global_batch": c.batch_size, "steps": {r["step"]: r["json"] for r in rows}
   }
-  if _FIND.value:
+  if find:
     out["largest_global_batch"] = find_batch(c, devices, capacity)
     print(f"largest global batch at which every step fits: {out['largest_global_batch']}", flush=True)
+  return out
+
+
+def notebook_check(c, topology: str) -> bool | None:
+  """The notebooks' fit check before they train: on a TPU runtime, `c` compiled for its own TPU; elsewhere, where
+  libtpu is installed, for `topology` (the Colab TPU it is meant for, e.g. v5e-1); else one line saying how.
+  Raises UserError when a program does not fit; returns whether it was checked."""
+  import jax  # pylint: disable=import-outside-toplevel
+  on_tpu = jax.default_backend() == "tpu"
+  if not on_tpu and importlib.util.find_spec("libtpu") is None:
+    print(f"fit check for {topology} skipped: no TPU here and no TPU compiler ({tpu.INSTALL})")
+    return False
+  out = fit_check(c, None if on_tpu else topology)
+  misfits = [k for k, s in out["steps"].items() if not s["fits"]]
+  if misfits:
+    raise cli.UserError(f"{', '.join(misfits)} does not fit {out['topology']}: lower the batch or see docs/tpu.md")
+  return True
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  out = fit_check(_CONFIG.value, _TOPOLOGY.value, _SLICES.value, _FIND.value)
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(out, f, indent=2)
+  misfits = [k for k, s in out["steps"].items() if not s["fits"]]
+  if _REQUIRE.value and misfits:
+    print(f"does not fit {out['topology']}: {', '.join(misfits)} (docs/tpu.md: remat, batch, mesh)", file=sys.stderr)
+    sys.exit(1)
 
 
 def run() -> None:

@@ -74,6 +74,20 @@ def compile_only_devices(topology: str, num_slices: int = 1) -> list:
   return sorted(desc.devices, key=lambda d: (getattr(d, "slice_index", 0), d.id))
 
 
+# device_kind as libtpu names each generation's chips (compile-only devices and real ones alike)
+_KINDS = (("v6 lite", "v6e"), ("v6e", "v6e"), ("v5 lite", "v5e"), ("v5e", "v5e"), ("v5p", "v5p"), ("v5", "v5p"),
+          ("v4", "v4"), ("v3", "v3"), ("v2", "v2"))
+
+
+def chip_of(device) -> Chip:
+  """The Chip of a TPU device, by its device_kind ("TPU v5 lite" → v5e)."""
+  kind = device.device_kind.lower()
+  for needle, gen in _KINDS:
+    if needle in kind:
+      return CHIPS[gen]
+  raise UserError(f"unknown TPU device kind {device.device_kind!r}: give a topology (--topology=v5e-8)")
+
+
 def device_hbm_bytes(chip: Chip, device) -> int:
   """HBM of one device: a chip's share by TensorCores (a v4 core alone: half the chip; megacore: all of it)."""
   cores = getattr(device, "num_cores", None) or chip.cores

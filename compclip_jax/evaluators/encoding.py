@@ -37,6 +37,16 @@ class Encoder:
     self._image = jax.jit(lambda s, px: nnx.merge(graphdef, s).encode_image(px, normalize=True),
                           in_shardings=(None, batch_sh), out_shardings=rep)
 
+  def lowered(self, length: int, image_size: int) -> dict:
+    """{"eval_text", "eval_image"}: the two jitted encoders lowered for one batch (ids int32 [batch, length],
+    pixels float32 [batch, S, S, 3]) with the parameters' own shardings — what the compile check compiles
+    (`train/aot.py`); the parameters may be abstract (ShapeDtypeStructs with shardings)."""
+    abstract = lambda shape, dt: jax.ShapeDtypeStruct(shape, np.dtype(dt), sharding=self.batch_sh)
+    return {
+        "eval_text": self._text.lower(self.state, abstract((self.batch, length), np.int32)),
+        "eval_image": self._image.lower(self.state, abstract((self.batch, image_size, image_size, 3), np.float32))
+    }
+
   def set_params(self, model) -> None:
     """Evaluate other weights of the same architecture (training: the current state) without recompiling."""
     self.state = nnx.state(model)

@@ -1,7 +1,7 @@
 """Ahead-of-time compile of every step kind a config runs, on any devices — a TPU topology's compile-only devices
 on a CPU host (cli/compile.py), or the host's own — with the trainer's own state, rules, optimiser and shardings
-(train/state.py) at the config's global batch and full token width: the compiler's memory, FLOPs, bytes and
-collectives per device. Nothing runs; no device memory is allocated.
+(train/state.py) at the config's global batch and full token width, and the evaluation encoders: the compiler's
+memory, FLOPs, bytes and collectives per device. Nothing runs; no device memory is allocated.
 """
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import collections
 import dataclasses
 import re
 import time
+from typing import Callable
 
 import jax
 import ml_collections
 import numpy as np
+from flax import nnx
 
 from compclip_jax import methods
+from compclip_jax.evaluators.encoding import Encoder
+from compclip_jax.models.clip import clip_of
 from compclip_jax.train import sharding, state
 
 # collective ops of an HLO module, counted with their result bytes (one line per op, `-start` for async pairs)
@@ -32,6 +36,7 @@ class StepReport:
   """One compiled step kind, per device (the SPMD partition's program)."""
   kind: str
   compile_s: float
+  batch: int = 0  # global batch it was compiled for
   argument_bytes: int = 0
   output_bytes: int = 0
   alias_bytes: int = 0
@@ -73,17 +78,31 @@ def abstract_batch(kind, batch: int, image_size: int, sh) -> dict:
   }
 
 
-def report(kind: str, compiled, seconds: float) -> StepReport:
+def report(kind: str, compiled, seconds: float, batch: int = 0) -> StepReport:
   """The compiler's own analysis of one compiled step."""
   mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
   cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-  return StepReport(kind, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes,
+  return StepReport(kind, seconds, batch, mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes,
                     mem.temp_size_in_bytes, mem.generated_code_size_in_bytes, float(cost.get("flops", 0.0)),
                     float(cost.get("bytes accessed", 0.0)), collectives(compiled.as_text()), hlo=compiled.as_text())
 
 
-def compile_steps(c: ml_collections.ConfigDict, devices) -> dict[str, StepReport]:
-  """kind → StepReport of every step kind `c` runs, compiled for `devices` (a mesh of c.mesh's shape over them)."""
+def _compile(kind: str, lower: Callable[[], jax.stages.Lowered], batch: int) -> StepReport:
+  """Lower and compile one program; an out-of-memory compile is a report with `error`, not a crash."""
+  t0 = time.perf_counter()
+  try:
+    compiled = lower().compile()
+  except Exception as e:  # pylint: disable=broad-except  # the compiler's refusal to fit is a row of the table
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    return StepReport(kind, time.perf_counter() - t0, batch, error=" ".join(str(e).split())[:300])
+  return report(kind, compiled, time.perf_counter() - t0, batch)
+
+
+def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True) -> dict[str, StepReport]:
+  """kind → StepReport of every step kind `c` runs, compiled for `devices` (a mesh of c.mesh's shape over them),
+  and (`encoders`) the evaluation encoders training runs at evals.batch_size: "eval_text" at the full token width,
+  "eval_image", with the trained parameters' shardings (evaluators/encoding.py's own jitted functions)."""
   method = methods.get(c.method)
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp, devices)
   model = state.build_model(c, method)
@@ -92,13 +111,12 @@ def compile_steps(c: ml_collections.ConfigDict, devices) -> dict[str, StepReport
   size, batch_sh = model.clip_cfg.vision.image_size, sharding.batch_sharding(mesh)
   out = {}
   for kind in method.step_kinds(c):
-    t0 = time.perf_counter()
-    try:
-      compiled = fns[kind.name].lower(st.state, st.frozen, abstract_batch(kind, c.batch_size, size, batch_sh)).compile()
-    except Exception as e:  # pylint: disable=broad-except  # an out-of-memory compile is a row, not a crash
-      if "RESOURCE_EXHAUSTED" not in str(e):
-        raise
-      out[kind.name] = StepReport(kind.name, time.perf_counter() - t0, error=" ".join(str(e).split())[:300])
-      continue
-    out[kind.name] = report(kind.name, compiled, time.perf_counter() - t0)
+    batch = abstract_batch(kind, c.batch_size, size, batch_sh)
+    out[kind.name] = _compile(kind.name, lambda k=kind, b=batch: fns[k.name].lower(st.state, st.frozen, b),
+                              c.batch_size)
+  if encoders:
+    clip = clip_of(nnx.merge(st.graphdef, st.state.trainable, st.frozen))
+    enc = Encoder(clip, None, None, c.evals.batch_size, mesh, progress=False)
+    for name, lowered in enc.lowered(model.clip_cfg.text.context_length, size).items():
+      out[name] = _compile(name, lambda lo=lowered: lo, enc.batch)
   return out

@@ -67,13 +67,14 @@ def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
   devices = tpu.compile_only_devices(topology)
   c = _tiny(clic_read, **{"mesh.data": 1, "mesh.fsdp": -1, "batch_size": len(devices)})
   reports = aot.compile_steps(c, devices)
-  assert set(reports) == {"clic_read", "clic_clip"}
+  assert set(reports) == {"clic_read", "clic_clip", "eval_text", "eval_image"}  # + the evaluation encoders
   cap = tpu.device_hbm_bytes(tpu.resolve(topology)[1], devices[0])
   assert len(devices) == (4 if topology.startswith("v5e") else 16)  # a v4 chip shows its 2 cores as 2 devices
   assert cap == 16 * 2 ** 30  # v5e: a chip's 16 GiB; v4: a core alone holds half of its chip's 32
   for r in reports.values():
     assert not r.error and 0 < r.hbm_bytes < cap and r.temp_bytes > 0 and r.flops > 0 and r.bytes_accessed > 0
     assert "all-gather" in r.collectives  # FSDP gathers the sharded parameters
+  assert reports["clic_read"].batch == len(devices) and reports["eval_text"].batch == c.evals.batch_size
 
 
 @needs_libtpu
@@ -98,7 +99,8 @@ def test_the_command_prints_a_row_per_step_and_writes_json(tmp_path):
   rows = [l for l in out.stdout.splitlines() if l.startswith("| clic")]
   assert len(rows) == 2 and all("| yes (" in r for r in rows)
   got = json.loads((tmp_path / "c.json").read_text())
-  assert got["topology"] == "v5e:2x2" and got["chips"] == 4 and set(got["steps"]) == {"clic", "clic_clip"}
+  assert got["topology"] == "v5e:2x2" and got["chips"] == 4
+  assert set(got["steps"]) == {"clic", "clic_clip", "eval_text", "eval_image"}
   for s in got["steps"].values():
     assert s["fits"] and 0 < s["hbm_bytes_per_chip"] < s["hbm_capacity_bytes"] and s["flops_per_chip"] > 0
 

@@ -85,7 +85,13 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
   ]
   out = _tpu("run", "--run_name=exp 1", "--", *flags)
   assert out.returncode == 0, out.stderr
-  argv = _argv(out.stdout.strip())
+  check, start = out.stdout.strip().split("\n", 1)
+  # first, here: the compile check of the config for the accelerator (v4-8 by default), the config flags only
+  assert _argv(check) == [
+      "python", "-m", "compclip_jax.compile", "--topology=v4-8", "--require_fit", "--config=configs/clic.py",
+      "--config.optim.lr=2e-6", "--config.evals.benchmarks=('sugarcrepe', 'valse')"
+  ]
+  argv = _argv(start)
   assert argv[:8] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "clic pod", "--zone=us-central2-b", "--worker=all"]
   remote = argv[8].removeprefix("--command=")
   launch = next(l for l in remote.splitlines() if "compclip_jax.main" in l)
@@ -100,6 +106,31 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
   (tmp_path / "remote.sh").write_text(remote)
   subprocess.run(["bash", "-n", str(tmp_path / "remote.sh")], check=True)
   assert "echo $! > logs/exp\\ 1/worker-$(hostname).pid" in remote
+
+
+def test_tpu_check_maps_the_accelerator_and_run_can_skip_it():
+  out = _tpu("check", "--", "--config=configs/read.py", "--workdir=w", TPU_ACCELERATOR="v5litepod-16", TPU_ZONE="")
+  assert out.returncode == 0 and _argv(out.stdout.strip()) == [
+      "python", "-m", "compclip_jax.compile", "--topology=v5e-16", "--require_fit", "--config=configs/read.py"
+  ], out.stderr
+  out = _tpu("run", "--no_check", "--", "--config=configs/clic.py", "--workdir=w")
+  assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1 and "compclip_jax.compile" not in out.stdout
+
+
+def test_tpu_run_does_not_start_when_the_check_fails(tmp_path):
+  """A check that exits non-zero (here a `python` that does) stops `run` before any gcloud call."""
+  fake = tmp_path / "bin"
+  fake.mkdir()
+  for tool, code in (("python", 1), ("gcloud", 0)):
+    (fake / tool).write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {tmp_path}/calls\nexit {code}\n")
+    (fake / tool).chmod(0o755)
+  env = {**os.environ, "TPU_ZONE": "z", "PATH": f"{fake}:{os.environ['PATH']}"}
+  out = subprocess.run([TPU, "run", "--", "--config=configs/clic.py", "--workdir=w"], capture_output=True, text=True,
+                       env=env)
+  assert out.returncode == 1 and "not started" in out.stderr
+  assert (tmp_path / "calls").read_text().splitlines() == [
+      "python -m compclip_jax.compile --topology=v4-8 --require_fit --config=configs/clic.py"
+  ]
 
 
 def test_tpu_sync_setup_tail_stop():
