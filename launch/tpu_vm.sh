@@ -12,13 +12,14 @@ usage: launch/tpu_vm.sh [options] COMMAND [options] [-- <python -m compclip_jax.
 commands (in the order of a run):
   check    here, before anything is booked: will the training flags after -- fit --accelerator? Every step
            kind compiled by libtpu for that slice on this machine (python -m compclip_jax.compile
-           --require_fit; needs pip install -r requirements-tpu-compile.txt; docs/tpu.md "Will my run fit?")
+           --require_fit; needs pip install -r requirements-tpu-compile.txt; docs/tpu.md "Will my run fit?";
+           a --config.model.init path must exist here, or use --config.model.random=ViT-B-32 of the same shape)
   create   create the TPU VM            (--accelerator, --version, --spot | --preemptible)
   sync     copy this checkout (git-tracked files, uncommitted edits included) to every worker
   setup    on every worker: venv, requirements.txt (torch from the CPU index), the TPU build of jax
   mount    mount a Cloud Storage bucket on every worker with gcsfuse at /gcs/BUCKET (--bucket=BUCKET)
-  run      the check above first (--no_check skips it), then start the training command on every worker,
-           detached; flags after -- go to compclip_jax.main.
+  run      the check above first, on worker 0 (its checkout, venv and checkpoint paths; --no_check skips it),
+           then start the training command on every worker, detached; flags after -- go to compclip_jax.main.
            On a pod, --workdir must be a directory all workers share (checkpoints are written by every
            worker): the mounted bucket, e.g. --workdir=/gcs/BUCKET/clic, or an NFS/Filestore mount.
            Logs are appended to (each start begins with a "==== start" line), never truncated; a worker whose
@@ -142,23 +143,21 @@ on_workers() {
   run "${tpu[@]}" ssh "$name" "${common[@]}" --worker="$1" --command="$2"
 }
 
-# The compile check of the training flags for the accelerator, run here (libtpu's compiler, no TPU needed): only
-# --config and --config.* are handed on; a GCP accelerator type (v5litepod-8) becomes the slice name (v5e-8).
-compile_check() {
-  local a cmd=(python -m compclip_jax.compile --topology="${accelerator/v5litepod-/v5e-}" --require_fit)
+# The compile check of the training flags for the accelerator (libtpu's compiler, compile-only devices; no TPU
+# used): only --config and --config.* are handed on; a GCP accelerator type (v5litepod-8) becomes its slice name.
+check_command() {
+  local a
+  check_cmd=(python -m compclip_jax.compile --topology="${accelerator/v5litepod-/v5e-}" --require_fit)
   for a in "$@"; do
-    case "$a" in --config=*|--config.*) cmd+=("$a") ;; esac
+    case "$a" in --config=*|--config.*) check_cmd+=("$a") ;; esac
   done
-  run "${cmd[@]}" || {
-    echo "not started: the run does not fit $accelerator, or the check could not run (above); --no_check skips it" >&2
-    exit 1
-  }
 }
 
 case "$command" in
   check)
     [ $# -gt 0 ] || { echo "give the training flags after -- (see --help)" >&2; exit 2; }
-    compile_check "$@"
+    check_command "$@"
+    run "${check_cmd[@]}"
     ;;
   create)
     extra=()
@@ -202,7 +201,15 @@ mountpoint -q /gcs/$(q "$bucket") || gcsfuse --implicit-dirs $(q "$bucket") /gcs
     ;;
   run)
     [ $# -gt 0 ] || { echo "give the training flags after -- (see --help)" >&2; exit 2; }
-    [ "$check" = 0 ] || compile_check "$@"
+    if [ "$check" = 1 ]; then
+      check_command "$@"
+      remote_check="cd $(q "$remote_dir") && . .venv/bin/activate &&"
+      for a in "${check_cmd[@]}"; do remote_check+=" $(q "$a")"; done
+      on_workers 0 "$remote_check" || {
+        echo "not started: the run does not fit $accelerator, or the check could not run (above); --no_check skips it" >&2
+        exit 1
+      }
+    fi
     train="python -m compclip_jax.main --distributed"
     for a in "$@"; do train+=" $(q "$a")"; done
     logs="logs/$run_name"

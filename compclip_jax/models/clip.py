@@ -46,10 +46,17 @@ def _inits(rngs, *names: str, **given) -> dict:
 # softmax) and whose cuDNN path is a fused flash-attention kernel (GPU, bf16/fp16 only). "auto": cuDNN where it
 # applies, XLA otherwise.
 ATTENTION = ("explicit", "xla", "cudnn", "auto")
-# `remat_policy` knob (model.remat_policy), used when a tower is rematerialised: "full" saves nothing of a block (one
-# extra forward per block in the backward pass), "dots_saveable" keeps the matmul outputs and recomputes only the
-# cheap elementwise ops (LayerNorm, QuickGELU, softmax), "none" turns rematerialisation off.
-REMAT_POLICIES = ("none", "full", "dots_saveable")
+# `remat_policy` knob (model.remat_policy), used when a tower is rematerialised, in order of the memory it keeps
+# (XLA:TPU's buffer assignment, tests/cli/test_compile.py; docs/tpu.md): "full" saves nothing of a block (one extra
+# forward per block in the backward pass); "dots_no_batch" keeps the outputs of the weight matmuls (q/k/v, out,
+# fc1, fc2) and recomputes the attention scores and the elementwise ops; "dots_saveable" keeps every matmul output,
+# the [B, H, L, L] attention scores included, which is about what no remat keeps (no saving; it only skips the
+# recomputation); "none" turns rematerialisation off.
+REMAT_POLICIES = ("none", "full", "dots_no_batch", "dots_saveable")
+_POLICIES = {
+    "full": None, "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable
+}
 
 
 def check_attention(name: str) -> str:
@@ -74,7 +81,7 @@ def remat_policy_fn(name: str):
   """`jax.checkpoint` policy of knob `name` ("full" → None: save nothing)."""
   if name not in REMAT_POLICIES:
     raise ValueError(f"model.remat_policy {name!r}: use one of {REMAT_POLICIES}")
-  return jax.checkpoint_policies.dots_saveable if name == "dots_saveable" else None
+  return _POLICIES.get(name)
 
 
 def activation(name: str, x: jax.Array) -> jax.Array:

@@ -86,8 +86,13 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
   out = _tpu("run", "--run_name=exp 1", "--", *flags)
   assert out.returncode == 0, out.stderr
   check, start = out.stdout.strip().split("\n", 1)
-  # first, here: the compile check of the config for the accelerator (v4-8 by default), the config flags only
-  assert _argv(check) == [
+  # first, on worker 0 (its checkout and paths): the compile check for the accelerator (v4-8 by default), the config
+  # flags only, handed to python exactly
+  check = _argv(check)
+  assert check[:8] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "clic pod", "--zone=us-central2-b", "--worker=0"]
+  remote_check = check[8].removeprefix("--command=")
+  assert remote_check.startswith("cd compclip_jax && . .venv/bin/activate && python -m compclip_jax.compile ")
+  assert _argv(remote_check.split(" && ")[-1]) == [
       "python", "-m", "compclip_jax.compile", "--topology=v4-8", "--require_fit", "--config=configs/clic.py",
       "--config.optim.lr=2e-6", "--config.evals.benchmarks=('sugarcrepe', 'valse')"
   ]
@@ -118,19 +123,17 @@ def test_tpu_check_maps_the_accelerator_and_run_can_skip_it():
 
 
 def test_tpu_run_does_not_start_when_the_check_fails(tmp_path):
-  """A check that exits non-zero (here a `python` that does) stops `run` before any gcloud call."""
+  """A check that fails on worker 0 (here a `gcloud` whose ssh exits 1) stops `run` before the training command."""
   fake = tmp_path / "bin"
   fake.mkdir()
-  for tool, code in (("python", 1), ("gcloud", 0)):
-    (fake / tool).write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {tmp_path}/calls\nexit {code}\n")
-    (fake / tool).chmod(0o755)
+  (fake / "gcloud").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/calls\nexit 1\n")
+  (fake / "gcloud").chmod(0o755)
   env = {**os.environ, "TPU_ZONE": "z", "PATH": f"{fake}:{os.environ['PATH']}"}
   out = subprocess.run([TPU, "run", "--", "--config=configs/clic.py", "--workdir=w"], capture_output=True, text=True,
                        env=env)
   assert out.returncode == 1 and "not started" in out.stderr
-  assert (tmp_path / "calls").read_text().splitlines() == [
-      "python -m compclip_jax.compile --topology=v4-8 --require_fit --config=configs/clic.py"
-  ]
+  calls = (tmp_path / "calls").read_text().splitlines()
+  assert len(calls) == 1 and "--worker=0" in calls[0] and "compclip_jax.compile" in calls[0], calls
 
 
 def test_tpu_sync_setup_tail_stop():

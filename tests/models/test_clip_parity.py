@@ -178,7 +178,7 @@ def test_unknown_attention_or_remat_policy_is_refused():
     CLIP(clip_config.tiny(), rngs=nnx.Rngs(0), remat_text=True, remat_policy="some")
 
 
-@pytest.mark.parametrize("policy", ["full", "dots_saveable", "none"])
+@pytest.mark.parametrize("policy", ["full", "dots_no_batch", "dots_saveable", "none"])
 def test_remat_policies_give_the_same_gradients(policy):
   """Rematerialisation recomputes; it must not change the text tower's gradients."""
   import jax
