@@ -24,7 +24,8 @@ def _model() -> dict:
   # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained parameters and
   # AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference numerics) | "xla" | "cudnn" |
   # "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16); remat_policy "full" | "dots_no_batch" |
-  # "dots_saveable" | "none", used when remat_text; scan_layers: each tower's blocks as one lax.scan (compiled once; docs/tpu.md).
+  # "dots_saveable" | "none", used when remat_text; scan_layers: each tower's blocks as one lax.scan (compiled once;
+  # docs/tpu.md).
   # remat_text is on by default: the same function, +20 % of the text step's FLOPs, and what makes the paper configs
   # fit their TPUs with margin (CLIC ViT-L/14 at 800 on a v4-8; docs/tpu.md); the tiny :runlocal / :demo runs on
   # CPU turn it off
