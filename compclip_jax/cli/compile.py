@@ -105,7 +105,7 @@ def find_batch(c, devices, capacity: int) -> int:
   return lo
 
 
-def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = False) -> dict:
+def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = False, encoders: bool = True) -> dict:
   """Compiles every program of config `c` and prints the table; returns the JSON report (`steps.<kind>.fits`).
 
   `topology` (a slice or topology string): its compile-only devices on this host. None: the TPU this process runs
@@ -131,7 +131,7 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
   print(
       f"{c.method} on {topology} × {num_slices} slice(s): {len(devices)} devices ({devices[0].device_kind}), "
       f"{_gib(capacity)} GiB HBM, {peak / 1e12:.0f} TFLOP/s bf16 and {bw / 1e9:.0f} GB/s per device", flush=True)
-  rows = [row(r, capacity, peak, bw, round(share)) for r in aot.compile_steps(c, devices).values()]
+  rows = [row(r, capacity, peak, bw, round(share)) for r in aot.compile_steps(c, devices, encoders).values()]
   print(markdown(rows), flush=True)
   if c.model.scan_layers:  # measured: 1.20 vs 11.09 TFLOP for the same CLIC step (docs/tpu.md)
     print(
@@ -148,15 +148,16 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
 
 
 def notebook_check(c, topology: str) -> bool | None:
-  """The notebooks' fit check before they train: on a TPU runtime, `c` compiled for its own TPU; elsewhere, where
-  libtpu is installed, for `topology` (the Colab TPU it is meant for, e.g. v5e-1); else one line saying how.
-  Raises UserError when a program does not fit; returns whether it was checked."""
+  """The notebooks' fit check before they train: on a TPU runtime, `c`'s training steps compiled for its own TPU;
+  elsewhere, where libtpu is installed, for `topology` (the Colab TPU it is meant for, e.g. v5e-1); else one line
+  saying how. (The evaluation encoders, a fraction of a step, are left to the command.) Raises UserError when a
+  step does not fit; returns whether it was checked."""
   import jax  # pylint: disable=import-outside-toplevel
   on_tpu = jax.default_backend() == "tpu"
   if not on_tpu and importlib.util.find_spec("libtpu") is None:
     print(f"fit check for {topology} skipped: no TPU here and no TPU compiler ({tpu.INSTALL})")
     return False
-  out = fit_check(c, None if on_tpu else topology)
+  out = fit_check(c, None if on_tpu else topology, encoders=False)
   misfits = [k for k, s in out["steps"].items() if not s["fits"]]
   if misfits:
     raise cli.UserError(f"{', '.join(misfits)} does not fit {out['topology']}: lower the batch or see docs/tpu.md")

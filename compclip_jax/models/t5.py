@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compclip_jax.models.clip import DTypes, attention_implementation, check_attention
+from compclip_jax.models.clip import DTypes, attention_implementation, check_attention, remat_policy_fn
 from compclip_jax.models.layers import Linear
 
 
@@ -221,10 +221,15 @@ class T5Stack(nnx.Module):
 
 
 class T5Decoder(nnx.Module):
-  """`T5ForConditionalGeneration` minus the encoder; `attention` as T5Attention's."""
-  def __init__(self, cfg: T5Config, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, attention: str = "explicit"):
+  """`T5ForConditionalGeneration` minus the encoder; `attention` as T5Attention's. `remat` rematerialises each block
+  in the backward pass under `remat_policy` (models/clip.py's REMAT_POLICIES): READ's gradient flows through the
+  frozen decoder to W and CLIP, so without it every block's activations are kept (docs/tpu.md)."""
+  def __init__(self, cfg: T5Config, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, attention: str = "explicit",
+               remat: bool = False, remat_policy: str = "full"):
     self.cfg, self.dt = cfg, dt
     self.attention = check_attention(attention)
+    self.policy = remat_policy_fn(remat_policy)
+    self.remat = remat and remat_policy != "none"
     self.shared = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dt.compute, param_dtype=dt.param,
                             embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
     self.decoder = T5Stack(cfg, dt, rngs=rngs, attention=attention)
@@ -246,7 +251,12 @@ class T5Decoder(nnx.Module):
                             jnp.finfo(jnp.float32).min)
     enc = encoder_hidden_states.astype(self.dt.compute)
     for block in self.decoder.block:
-      x = block(x, enc, self_bias, keys, fused)
+      if self.remat:  # the same dropout keys: `keys` hands them out in the same order while the block is traced
+        graphdef, state = nnx.split(block)  # functional: the frozen block's state goes in, nothing is written back
+        run = lambda st, h, e, s, g=graphdef: nnx.merge(g, st)(h, e, s, keys, fused)
+        x = jax.checkpoint(run, policy=self.policy)(state, x, enc, self_bias)
+      else:
+        x = block(x, enc, self_bias, keys, fused)
     x = _dropout(self.decoder.final_layer_norm(x), self.cfg.dropout_rate, keys())
     return self.lm_head(x).astype(jnp.float32)
 

@@ -19,7 +19,7 @@ from flax import nnx
 from compclip_jax import methods
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.models.clip import clip_of
-from compclip_jax.train import sharding, state
+from compclip_jax.train import sharding, state, trainer
 
 # collective ops of an HLO module, counted with their result bytes (one line per op, `-start` for async pairs)
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")
@@ -103,6 +103,7 @@ def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True) 
   """kind → StepReport of every step kind `c` runs, compiled for `devices` (a mesh of c.mesh's shape over them),
   and (`encoders`) the evaluation encoders training runs at evals.batch_size: "eval_text" at the full token width,
   "eval_image", with the trained parameters' shardings (evaluators/encoding.py's own jitted functions)."""
+  trainer.validate(c, inputs=False)  # a mistake in the config is the trainer's one message, not a trace
   method = methods.get(c.method)
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp, devices)
   model = state.build_model(c, method)

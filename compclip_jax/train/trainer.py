@@ -51,18 +51,22 @@ def _model_problems(m) -> list[str]:
   return errors
 
 
-def validate(c: ml_collections.ConfigDict) -> None:
-  """Every problem found before anything loads or compiles, reported at once."""
+def validate(c: ml_collections.ConfigDict, inputs: bool = True) -> None:
+  """Every problem found before anything loads or compiles, reported at once. `inputs=False` (the compile check,
+  which reads no data and has its own devices): the data and evaluation sources and the batch's division over this
+  host's devices are not checked."""
   errors = []
   if c.method in methods.names():
     errors += methods.get(c.method).problems(c)
   else:
     errors.append(f"method {c.method!r}: use one of {methods.names()}")
-  errors += _model_problems(c.model) + source_config.config_errors(c.data) + evaluation.config_errors(c.evals)
+  errors += _model_problems(c.model)
+  if inputs:
+    errors += source_config.config_errors(c.data) + evaluation.config_errors(c.evals)
   if c.optim.schedule not in optim.SCHEDULES:
     errors.append(f"optim.schedule {c.optim.schedule!r}: use one of {optim.SCHEDULES}")
   n_dev, n_proc = jax.device_count(), jax.process_count()
-  if c.batch_size % n_dev or c.batch_size % n_proc:
+  if inputs and (c.batch_size % n_dev or c.batch_size % n_proc):
     errors.append(f"batch_size {c.batch_size} is not divisible by the {n_dev} devices / {n_proc} processes")
   if c.total_steps < 0 or c.num_epochs <= 0:
     errors.append("total_steps must be ≥ 0 and num_epochs > 0")

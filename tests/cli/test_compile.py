@@ -173,3 +173,12 @@ def test_two_slices_are_one_mesh_of_both_slices_devices():
   r = aot.compile_steps(_tiny(negclip, batch_size=8), devices, encoders=False)["negclip"]
   assert not r.error and r.hbm_bytes > 0 and "all-reduce" in r.collectives
   assert "replica_groups={{0,1,2,3,4,5,6,7}}" in r.hlo.replace(" ", "") or "[1,8]" in r.hlo
+
+
+def test_a_config_mistake_is_the_trainers_one_message():
+  """The compile check validates the config as training does (not its data paths: it reads no data)."""
+  from compclip_jax.train.trainer import ConfigError
+  c = _tiny(negclip, **{"model.remat_policy": "some", "data.source": "csv", "data.path": "/nonexistent.csv"})
+  with pytest.raises(ConfigError, match="model.remat_policy 'some'") as e:
+    aot.compile_steps(c, jax.devices()[:4])
+  assert "nonexistent" not in str(e.value)

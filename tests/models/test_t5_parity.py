@@ -121,3 +121,28 @@ def test_fused_attention_matches_explicit_and_transformers(tmp_path, attention):
   np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
   key = jax.random.key(3)
   np.testing.assert_allclose(np.asarray(fused(ids, enc, key)), np.asarray(ours(ids, enc, key)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("policy", ["full", "dots_no_batch"])
+def test_remat_decoder_gives_the_same_logits_and_gradients_with_dropout(tmp_path, policy):
+  """`remat` (READ's `model.remat_text`): the same logits and the same gradient with respect to the encoder states
+  (what reaches W and CLIP), with dropout on (the same draws) and off."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from compclip_jax.models.t5 import T5Decoder
+  ours, ids, enc, _ = _check(_random_v11(32, 8, 48, 4, 3, 128), tmp_path, length=20)
+  remat = T5Decoder(ours.cfg, rngs=nnx.Rngs(0), remat=True, remat_policy=policy)
+  nnx.update(remat, nnx.state(ours))
+  assert remat.remat
+  w = jnp.asarray(np.random.default_rng(4).standard_normal((3, 20, 128)), jnp.float32)
+  for key in (None, jax.random.key(5)):
+
+    def grad(model):
+      gd, state = nnx.split(model)
+      f = lambda e: jnp.sum(nnx.merge(gd, state)(ids, e, key) * w)
+      return jax.jit(jax.value_and_grad(f))(jnp.asarray(enc))
+
+    (v_ref, g_ref), (v, g) = grad(ours), grad(remat)
+    np.testing.assert_allclose(float(v), float(v_ref), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), atol=1e-6 * float(np.abs(g_ref).max()), rtol=0)

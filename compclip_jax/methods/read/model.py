@@ -42,12 +42,14 @@ def proj_init(name: str):
 
 class READModel(nnx.Module):
   def __init__(self, clip: CLIP, t5_cfg: T5Config, *, rngs: nnx.Rngs, t5_dtypes: DTypes = DTypes(),
-               decoder: T5Decoder | None = None, t5_attention: str = "explicit"):
+               decoder: T5Decoder | None = None, t5_attention: str = "explicit", t5_remat: bool = False,
+               t5_remat_policy: str = "full"):
     self.clip = clip
     self.proj = Linear(clip.cfg.text.width, t5_cfg.d_model, use_bias=False, kernel_init=torch_linear_init,
                        rngs=rngs)  # training sets W itself (`extend_model`, `read.proj_init`)
     if decoder is None:
-      decoder = T5Decoder(t5_cfg, t5_dtypes, rngs=rngs, attention=t5_attention)
+      decoder = T5Decoder(t5_cfg, t5_dtypes, rngs=rngs, attention=t5_attention, remat=t5_remat,
+                          remat_policy=t5_remat_policy)
     self.decoder = decoder
 
   def reconstruct(self, pooled: jax.Array, decoder_input_ids: jax.Array,
@@ -76,7 +78,8 @@ def _decoder(c: ml_collections.ConfigDict, dt: DTypes) -> tuple[T5Config, dict, 
 
 def extend_model(c: ml_collections.ConfigDict, clip_cfg, clip_flat: dict, make_clip) -> Extension:
   """CLIP + W + the frozen T5 v1.1 decoder (`Method.extend_model`): parameters `clip.*`, `proj.kernel`, `decoder.*`.
-  The decoder computes in `model.compute_dtype`."""
+  The decoder computes in `model.compute_dtype`; `model.remat_text` / `remat_policy` rematerialise its blocks too
+  (the text side: the decoder's backward pass carries the reconstruction loss's gradient to W and CLIP)."""
   dt = DTypes(compute=c.model.compute_dtype)
   t5_cfg, t5_flat, t5_tok = _decoder(c, dt)
   # drawn as [in, out], as every kernel initialiser is called; stored [out, in] (models/layers.py)
@@ -86,5 +89,6 @@ def extend_model(c: ml_collections.ConfigDict, clip_cfg, clip_flat: dict, make_c
       **{f"decoder.{k}": v for k, v in t5_flat.items()}, "proj.kernel": np.asarray(w).T
   }
   abstract = params.abstract(
-      lambda: READModel(make_clip(clip_cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention))
+      lambda: READModel(make_clip(clip_cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention,
+                        t5_remat=c.model.remat_text, t5_remat_policy=c.model.remat_policy))
   return Extension(abstract, flat, t5_tok, t5_cfg)
