@@ -51,3 +51,47 @@ def test_readme_is_a_front_page():
   """Issue 14: the README stays short (≤ ~150 lines); the rest lives in docs/."""
   n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
   assert n <= 160, f"README.md has {n} lines: move sections into docs/"
+
+
+# ------------------------------------------------------------------ "METHODS §x.y" citations → docs/methods.md
+METHODS_PAGE = ROOT / "docs" / "methods.md"
+# the spec's numbering: every section, cited or not, keeps its number
+METHODS_NUMBERS = {"1", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "2", "2.1", "2.2", "2.3", "2.4", "2.5", "3", "4"}
+CITING = ("README.md", "docs", "compclip_jax", "configs", "tests", "launch", "tools")
+SECTION_REF = re.compile(r"§\s?(\d+(?:\.\d+)*)")
+SPEC_NAME = re.compile(r"\b(METHODS|DESIGN)\b")
+
+
+def methods_headings() -> set[str]:
+  """The section numbers of docs/methods.md's headings: `## 1. CLIC …`, `### 1.2 Building …`."""
+  text = CODE.sub("", METHODS_PAGE.read_text(encoding="utf-8"))
+  return {m.group(1) for m in re.finditer(r"^#{2,3}\s+(\d+(?:\.\d+)*)\.?\s", text, re.M)}
+
+
+def methods_citations() -> list[tuple[str, int, str]]:
+  """(file, line, section) of every § citation in code and docs. A bare `§1.4`, or a chain such as
+  `METHODS §1.1, §1.2`, is a METHODS citation; one whose nearest spec name before it is DESIGN is not."""
+  files = [ROOT / "README.md"]
+  for top in CITING[1:]:
+    files += [p for p in (ROOT / top).rglob("*") if p.suffix in (".py", ".md", ".sh", ".ipynb") and p.is_file()]
+  out = []
+  for f in files:
+    text = f.read_text(encoding="utf-8", errors="replace")
+    for m in SECTION_REF.finditer(text):
+      names = SPEC_NAME.findall(text[max(0, m.start() - 80):m.start()])
+      if names and names[-1] == "DESIGN":
+        continue
+      out.append((f.relative_to(ROOT).as_posix(), text.count("\n", 0, m.start()) + 1, m.group(1)))
+  return out
+
+
+def test_methods_page_keeps_the_spec_numbering():
+  assert methods_headings() == METHODS_NUMBERS, f"docs/methods.md headings {sorted(methods_headings())}"
+
+
+def test_methods_citations_resolve():
+  """Every "METHODS §x.y" in the code and docs names a numbered heading of docs/methods.md."""
+  cites, headings = methods_citations(), methods_headings()
+  assert len(cites) > 100, cites  # the scan found the code's citations
+  broken = [f"{f}:{n}: §{s}" for f, n, s in cites if s not in headings]
+  assert not broken, f"citations without a heading in docs/methods.md: {broken}"

@@ -1,4 +1,4 @@
-"""The public model API: `load_clip` and `save_clip` over every format we read and write (DESIGN §2).
+"""The public model API: `load_clip` and `save_clip` over every format we read and write (docs/architecture.md).
 
 Formats: an HF CLIP directory; an open_clip state dict file (or a directory holding `open_clip_model.safetensors`);
 our own `compclip` directory (`compclip.json` + `model.safetensors` in our parameter names, dtypes kept).
