@@ -1,4 +1,4 @@
-"""Device mesh ('data', 'fsdp') and shardings: batch over both axes, large parameters FSDP-sharded (docs/training.md, docs/tpu.md).
+"""Device mesh ('data', 'fsdp') and shardings: batch over both axes, large parameters FSDP-sharded (docs/tpu.md).
 
 The same code runs on 1 CPU, a fake 8-device CPU mesh, one GPU and a TPU pod: the mesh shape comes from config
 (-1 = all remaining devices) and a parameter is sharded over 'fsdp' along its largest dimension divisible by the
