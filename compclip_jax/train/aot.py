@@ -59,14 +59,25 @@ def _result_bytes(result: str) -> int:
       _BYTES[t] * int(np.prod([int(d) for d in dims.split(",") if d] or [1])) for t, dims in _SHAPE.findall(result))
 
 
+# Multi-slice: XLA compiles one slice's program; what crosses the data-center network (DCN) between slices is a
+# `send` to the megascale runtime with its transfer type (ALL_REDUCE, ALL_GATHER, ONE_TO_ONE, …), counted per send
+_DCN = re.compile(r"=\s*(\(?[^=]*?\)?)\s+send\(.*_xla_megascale_transfer_type=\"([A-Z_]+)\"")
+
+
 def collectives(hlo_text: str) -> dict:
-  """{op: {"count", "bytes"}} of the collective ops in an HLO module's text (async `-start` ops once each)."""
+  """{op: {"count", "bytes"}} of the collective ops in an HLO module's text (async `-start` ops once each), and the
+  traffic between slices as "dcn-<transfer type>" (e.g. "dcn-all-reduce": the sends of a cross-slice all-reduce)."""
   out = collections.defaultdict(lambda: {"count": 0, "bytes": 0})
   for line in hlo_text.splitlines():
     m = _OP.search(line)
     if m:
-      out[m.group(2)]["count"] += 1
-      out[m.group(2)]["bytes"] += _result_bytes(m.group(1))
+      name, result = m.group(2), m.group(1)
+    elif m := _DCN.search(line):
+      name, result = "dcn-" + m.group(2).lower().replace("_", "-"), m.group(1)
+    else:
+      continue
+    out[name]["count"] += 1
+    out[name]["bytes"] += _result_bytes(result)
   return dict(out)
 
 

@@ -1,0 +1,167 @@
+"""The measured tables of docs/tpu.md: each row is one `python -m compclip_jax.compile` command whose JSON lies in
+docs/tpu_measured/<case>.json; this tool runs the commands and renders the tables from those files, so every number
+in the doc comes from a file the compiler wrote (tests/cli/test_tpu_table.py checks the doc against them).
+
+  python tools/tpu_table.py measure [CASE ...]   # compile (one case at a time; minutes each on 2 cores)
+  python tools/tpu_table.py render               # the tables, as docs/tpu.md holds them
+  python tools/tpu_table.py list                 # the cases and their commands
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEASURED = os.path.join(ROOT, "docs", "tpu_measured")
+
+B32 = ("--config.model.random=ViT-B-32-quickgelu",)
+L14 = ("--config.model.random=ViT-L-14-quickgelu",)
+# a T5 v1.1-large-sized frozen decoder (d_model 1024, 24 layers, d_ff 2816, 16 heads, vocab 32128), random values
+T5L = ("--config.read.t5.random=True", "--config.read.t5.random_d_model=1024", "--config.read.t5.random_layers=24",
+       "--config.read.t5.random_vocab=32128")
+
+# case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise
+CASES = {
+    "clic_b32_v5e-8": ("paper", "clic", "ViT-B/32", "v5e-8", 1, B32),
+    "clic_read_b32_v5e-8": ("paper", "clic_read", "ViT-B/32", "v5e-8", 1, B32 + T5L),
+    "read_b32_v5e-8": ("paper", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L),
+    "negclip_b32_v5e-8": ("paper", "negclip", "ViT-B/32", "v5e-8", 1, B32),
+    "clic_l14_v5e-16": ("paper", "clic", "ViT-L/14", "v5e-16", 1, L14),
+    "clic_l14_v4-8": ("paper", "clic", "ViT-L/14", "v4-8", 1, L14),
+    "clic_b32_v4-8": ("paper", "clic", "ViT-B/32", "v4-8", 1, B32),
+    "read_b32_v4-8": ("paper", "read", "ViT-B/32", "v4-8", 1, B32 + T5L),
+    "clic_b32_v6e-8": ("paper", "clic", "ViT-B/32", "v6e-8", 1, B32),
+    "clic_b32_v5p-8": ("paper", "clic", "ViT-B/32", "v5p-8", 1, B32),
+    # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips
+    "pod_clic_b32_v5e-16": ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + ("--config.batch_size=1600",)),
+    "pod_clic_b32_v5e-256": ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + ("--config.batch_size=25600",)),
+    "pod_clic_b32_2xv5e-256": ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + ("--config.batch_size=51200",)),
+}
+
+
+def command(case: str) -> list[str]:
+  _, method, _, topology, slices, extra = CASES[case]
+  out = f"docs/tpu_measured/{case}.json"  # relative to the checkout (the command runs there)
+  return [
+      sys.executable, "-m", "compclip_jax.compile", f"--config=configs/{method}.py", f"--topology={topology}",
+      f"--num_slices={slices}", *extra, f"--output={out}"
+  ]
+
+
+def annotate(case: str) -> None:
+  """Records in the case's JSON the command that wrote it, the commit it ran at and the day."""
+  path = os.path.join(MEASURED, f"{case}.json")
+  with open(path) as f:
+    r = json.load(f)
+  git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+  r["measured"] = {
+      "command": "python " + " ".join(command(case)[1:]), "commit": git("rev-parse", "--short", "HEAD"),
+      "date": time.strftime("%Y-%m-%d"), "host": f"{os.cpu_count()} CPU cores"
+  }
+  with open(path, "w") as f:
+    json.dump(r, f, indent=2)
+
+
+def measure(cases: list[str]) -> None:
+  os.makedirs(MEASURED, exist_ok=True)
+  for case in cases:
+    print(f"== {case}: {' '.join(command(case)[1:])}", flush=True)
+    subprocess.run(command(case), cwd=ROOT, check=True)
+    annotate(case)
+
+
+def _gib(x: float) -> str:
+  return f"{x / 2 ** 30:.2f}"
+
+
+def _cell(s: dict) -> str:
+  """A program's HBM per device with its margin, or why it did not compile."""
+  if "error" in s:
+    return "no (out of memory)"
+  margin = 100 * (1 - s["hbm_bytes_per_device"] / s["hbm_capacity_bytes_per_device"])
+  return f"{_gib(s['hbm_bytes_per_device'])} ({margin:+.0f} %)"
+
+
+def _gathers(s: dict) -> str:
+  c = s.get("collectives", {})
+  return ", ".join(f"{k} {v['count']} / {v['bytes'] / 1e9:.2f} GB" for k, v in sorted(c.items())) or "none"
+
+
+def _load(case: str) -> dict | None:
+  path = os.path.join(MEASURED, f"{case}.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def render_paper() -> str:
+  """One line per (case, training step): HBM/device with margin, TFLOP/device, roofline, compile time; the
+  evaluation encoders' largest HBM beside it."""
+  lines = [
+      "| method, model | slice (devices × HBM) | global batch | step | HBM/device GiB (margin) | TFLOP/device | "
+      "roofline ms | compile s | eval encoders: HBM/device GiB |", "|---|---|---|---|---|---|---|---|---|"
+  ]
+  for case, (table, method, model, topology, _, _) in CASES.items():
+    r = _load(case)
+    if table != "paper" or r is None:
+      continue
+    steps = r["steps"]
+    evals = [s for k, s in steps.items() if k.startswith("eval_")]
+    ev = max((s.get("hbm_bytes_per_device", 0) for s in evals), default=0)
+    cap = next(iter(steps.values()))["hbm_capacity_bytes_per_device"]
+    for kind, s in steps.items():
+      if kind.startswith("eval_"):
+        continue
+      flops = f"{s['flops_per_device'] / 1e12:.2f}" if "flops_per_device" in s else "—"
+      roof = f"{1e3 * s['roofline_s']:.0f}" if "roofline_s" in s else "—"
+      lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | {r['global_batch']} | {kind} | "
+                   f"{_cell(s)} | {flops} | {roof} | {s['compile_s']:.0f} | {_gib(ev) if evals else '—'} |")
+  return "\n".join(lines)
+
+
+def render_pod() -> str:
+  """One line per pod case's CLIC step: HBM/device, collectives per device with their bytes."""
+  lines = [
+      "| slice | slices | chips (hosts) | global batch | clic step HBM/device GiB (margin) | collectives per device "
+      "(count / GB) | clic_clip HBM/device GiB | compile s |", "|---|---|---|---|---|---|---|---|"
+  ]
+  for case, (table, _, _, topology, slices, _) in CASES.items():
+    r = _load(case)
+    if table != "pod" or r is None:
+      continue
+    s, cc = r["steps"]["clic"], r["steps"].get("clic_clip", {})
+    hosts = r["chips"] // 4  # a v5e host holds 4 chips (v5e-8 is one host of 8: counted as 1 below)
+    lines.append(f"| {topology} | {slices} | {r['chips']} ({max(1, hosts) if r['chips'] > 8 else 1}) | "
+                 f"{r['global_batch']} | {_cell(s)} | {_gathers(s)} | {_cell(cc) if cc else '—'} | "
+                 f"{s['compile_s']:.0f} |")
+  return "\n".join(lines)
+
+
+def render() -> str:
+  return f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n"
+
+
+def main(argv: list[str]) -> int:
+  if len(argv) < 2 or argv[1] not in ("measure", "render", "list"):
+    print(__doc__, file=sys.stderr)
+    return 2
+  if argv[1] == "list":
+    for case in CASES:
+      print(f"{case}: {' '.join(command(case)[1:])}")
+  elif argv[1] == "render":
+    print(render())
+  else:
+    unknown = [c for c in argv[2:] if c not in CASES]
+    if unknown:
+      print(f"unknown case(s) {unknown}: python tools/tpu_table.py list", file=sys.stderr)
+      return 2
+    measure(argv[2:] or list(CASES))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))
