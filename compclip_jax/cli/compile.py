@@ -29,6 +29,7 @@ _TOPOLOGY = flags.DEFINE_string("topology", None, "A slice (v5e-8, v4-8, v5p-128
 _SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over the data-center network (multi-slice).")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON here.")
 _FIND = flags.DEFINE_bool("find_batch", False, "Also bisect the largest global batch at which every step fits.")
+_ONLY = flags.DEFINE_list("only", [], "Compile only these programs (step kinds, eval_text, eval_image); default all.")
 _REQUIRE = flags.DEFINE_bool("require_fit", False, "Exit 1 when a program does not fit (launch/tpu_vm.sh run).")
 
 COLUMNS = ("step", "global batch", "HBM/device GiB (args + out − alias + temp + code)", "device HBM GiB", "fits",
@@ -105,7 +106,8 @@ def find_batch(c, devices, capacity: int) -> int:
   return lo
 
 
-def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = False, encoders: bool = True) -> dict:
+def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = False, encoders: bool = True,
+              only: tuple[str, ...] = ()) -> dict:
   """Compiles every program of config `c` and prints the table; returns the JSON report (`steps.<kind>.fits`).
 
   `topology` (a slice or topology string): its compile-only devices on this host. None: the TPU this process runs
@@ -131,7 +133,7 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
   print(
       f"{c.method} on {topology} × {num_slices} slice(s): {len(devices)} devices ({devices[0].device_kind}), "
       f"{_gib(capacity)} GiB HBM, {peak / 1e12:.0f} TFLOP/s bf16 and {bw / 1e9:.0f} GB/s per device", flush=True)
-  rows = [row(r, capacity, peak, bw, round(share)) for r in aot.compile_steps(c, devices, encoders).values()]
+  rows = [row(r, capacity, peak, bw, round(share)) for r in aot.compile_steps(c, devices, encoders, tuple(only)).values()]
   print(markdown(rows), flush=True)
   if c.model.scan_layers:  # measured: 1.20 vs 11.09 TFLOP for the same CLIC step (docs/tpu.md)
     print(
@@ -167,7 +169,7 @@ def notebook_check(c, topology: str) -> bool | None:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  out = fit_check(_CONFIG.value, _TOPOLOGY.value, _SLICES.value, _FIND.value)
+  out = fit_check(_CONFIG.value, _TOPOLOGY.value, _SLICES.value, _FIND.value, only=tuple(_ONLY.value))
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(out, f, indent=2)

@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from compclip_jax import methods
+from compclip_jax.errors import UserError
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.models.clip import clip_of
 from compclip_jax.train import sharding, state, trainer
@@ -110,25 +111,40 @@ def _compile(kind: str, lower: Callable[[], jax.stages.Lowered], batch: int) -> 
   return report(kind, compiled, time.perf_counter() - t0, batch)
 
 
-def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True) -> dict[str, StepReport]:
+ENCODERS = ("eval_text", "eval_image")  # Encoder.lowered's programs
+
+
+def _check_only(only, programs: list[str]) -> None:
+  unknown = sorted(set(only) - set(programs))
+  if unknown:
+    raise UserError(f"--only={','.join(only)}: {', '.join(unknown)} is no program of this config; it has "
+                    f"{', '.join(programs)}")
+
+
+def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True,
+                  only: tuple[str, ...] = ()) -> dict[str, StepReport]:
   """kind → StepReport of every step kind `c` runs, compiled for `devices` (a mesh of c.mesh's shape over them),
   and (`encoders`) the evaluation encoders training runs at evals.batch_size: "eval_text" at the full token width,
-  "eval_image", with the trained parameters' shardings (evaluators/encoding.py's own jitted functions)."""
+  "eval_image", with the trained parameters' shardings (evaluators/encoding.py's own jitted functions). `only`:
+  these programs alone (a UserError names the ones there are)."""
   trainer.validate(c, inputs=False)  # a mistake in the config is the trainer's one message, not a trace
   method = methods.get(c.method)
+  _check_only(only, [k.name for k in method.step_kinds(c)] + (list(ENCODERS) if encoders else []))
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp, devices)
   model = state.build_model(c, method)
   st = state.build_state(c, model, mesh, max(1, c.total_steps or 1000), abstract=True)
   fns = state.jit_steps(c, method, model, st, mesh)
   size, batch_sh = model.clip_cfg.vision.image_size, sharding.batch_sharding(mesh)
+  kinds = [k for k in method.step_kinds(c) if not only or k.name in only]
   out = {}
-  for kind in method.step_kinds(c):
+  for kind in kinds:
     batch = abstract_batch(kind, c.batch_size, size, batch_sh)
     out[kind.name] = _compile(kind.name, lambda k=kind, b=batch: fns[k.name].lower(st.state, st.frozen, b),
                               c.batch_size)
-  if encoders:
+  if encoders and (not only or set(only) & set(ENCODERS)):
     clip = clip_of(nnx.merge(st.graphdef, st.state.trainable, st.frozen))
     enc = Encoder(clip, None, None, c.evals.batch_size, mesh, progress=False)
     for name, lowered in enc.lowered(model.clip_cfg.text.context_length, size).items():
-      out[name] = _compile(name, lambda lo=lowered: lo, enc.batch)
+      if not only or name in only:
+        out[name] = _compile(name, lambda lo=lowered: lo, enc.batch)
   return out
