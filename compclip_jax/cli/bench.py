@@ -33,6 +33,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from compclip_jax.cli import app as cli
 from compclip_jax.cli import config_files, host_memory
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP directory (default: a random-init ViT-B/32).")
@@ -283,7 +284,7 @@ def main(argv):
 
 def run() -> None:
   sys.argv = config_files.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -380,7 +380,7 @@ def main(argv, fl: dict) -> None:
 
 def run(argv: Sequence[str] | None = None) -> None:
   fl = _define_flags()
-  app.run(cli.guard(lambda a: main(a, fl)), argv=list(argv) if argv is not None else None)
+  cli.run(lambda a: main(a, fl), argv=list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

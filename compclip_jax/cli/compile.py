@@ -183,7 +183,7 @@ def main(argv) -> None:
 def run() -> None:
   sys.argv = config_files.resolve_argv(sys.argv)
   flags.mark_flag_as_required("config")
-  app.run(cli.guard(main))
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ a config is found by its path and nothing else: no import-path tricks.
 
 `--config` accepts `clic`, `clic:runlocal` (a name in that folder, with its argument) and, as before, a path
 `configs/clic.py[:arg]`; `resolve_argv` rewrites names to paths before absl parses the flags, and older flat config
-keys (`--config.loss.w_rec`, `--config.t5.init`, …, now in the methods' sections) to today's, with one warning line.
+keys (`--config.loss.w_rec`, `--config.t5.init`, …, now in the methods' sections) to today's, with one warning line,
+then loads the config once to check it (`check_argv`): a config file that does not exist (listing those there are),
+an unknown `:arg` and a mistyped `--config.KEY` (naming the nearest key) are one line and exit 2, not the traceback
+ml_collections would print.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import os
 import re
 import sys
 import types
+
+import ml_collections
 
 from compclip_jax import methods
 from compclip_jax.errors import UserError
@@ -47,6 +52,56 @@ def load(name: str) -> types.ModuleType:
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def _listing(folder: str) -> str:
+  """The configs in `folder` (or, where it holds none, the known ones) as the end of a message."""
+  here = sorted(f for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py") \
+      if os.path.isdir(folder) else []
+  if here:
+    return f"the configs in {folder} are {', '.join(here)}"
+  return f"the configs are {', '.join(names())} (--config=NAME[:arg], or a path such as configs/clic.py)"
+
+
+def load_spec(spec: str):
+  """The ConfigDict of a resolved `--config` value `path[:arg]`, loaded as ml_collections will load it. Raises
+  UserError for a missing file, a file without get_config or a ConfigError of its (an unknown `:arg`)."""
+  path, sep, arg = spec.partition(":")
+  if not os.path.isfile(path):
+    raise UserError(f"--config={spec}: {path} does not exist; {_listing(os.path.dirname(path) or '.')}")
+  spec_ = importlib.util.spec_from_file_location("compclip_config_check", path)
+  module = importlib.util.module_from_spec(spec_)
+  spec_.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise UserError(f"--config={spec}: {path} has no get_config(): not a config file; {_listing(configs_dir())}")
+  try:
+    return module.get_config(arg) if sep else module.get_config()
+  except config_lib.ConfigError as e:
+    raise UserError(f"--config={spec}: {e}") from None
+
+
+def _config_value(argv: list[str]) -> str | None:
+  for i, a in enumerate(argv):
+    if a.startswith("--config="):
+      return a[len("--config="):]
+    if a == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def check_argv(argv: list[str]) -> None:
+  """Loads the config `argv`'s --config names (when it names one) and checks each `--config.KEY=…` names a key
+  of it (`config_lib.key_problem`). Raises UserError."""
+  spec = _config_value(argv)
+  if spec is None:
+    return
+  c = load_spec(spec)
+  for a in argv:
+    if a.startswith("--config.") and isinstance(c, ml_collections.ConfigDict):
+      key = a[len("--config."):].partition("=")[0]
+      problem = config_lib.key_problem(c, key)
+      if problem:
+        raise UserError(f"--config.{key}: {problem}")
 
 
 def resolve(spec: str) -> str:
@@ -95,7 +150,7 @@ def migrate_argv(argv: list[str]) -> list[str]:
 
 def resolve_argv(argv: list[str]) -> list[str]:
   """`argv` with `--config=NAME[:arg]` (or `--config NAME`) resolved and older config keys renamed. For entry
-  points: an unknown name exits with status 2 and the message (no traceback)."""
+  points: an unknown name, a missing config file or key exits with status 2 and one message (no traceback)."""
   out, it = [], iter(range(len(argv)))
   try:
     for i in it:
@@ -106,7 +161,9 @@ def resolve_argv(argv: list[str]) -> list[str]:
         out.append(a)
         a = resolve(argv[next(it)])
       out.append(a)
+    out = migrate_argv(out)
+    check_argv(out)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     raise SystemExit(2) from None
-  return migrate_argv(out)
+  return out

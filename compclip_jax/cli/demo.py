@@ -40,6 +40,9 @@ _DIAGNOSE = flags.DEFINE_string(
     "or an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's held-out scenes.")
 _NEGATIVE_KINDS = flags.DEFINE_bool("negative_kinds", False,
                                     "Instead: count what CLIC's hard negatives swap on <workdir>/world's captions.")
+_ALLOW = flags.DEFINE_list(
+    "allow_config_change", [], "With --method: config keys (or dotted prefixes) whose change from the runs recorded "
+    "in --workdir is accepted on resume, as python -m compclip_jax.main takes them, e.g. total_steps,optim.lr.")
 _DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
 _OPTIONS = {
     f.name: _DEFINE[type(f.default)](f.name, f.default, f"DemoOptions.{f.name}")
@@ -78,10 +81,24 @@ def _diagnose(target: str, checked, workdir: str, seed: int) -> None:
   diagnostics.diagnose(clip_dir, workdir, seed)
 
 
+def _option_problems(opts: demo.DemoOptions) -> list[str]:
+  """The DemoOptions values that make no sense: a pretraining batch, step count or learning rate ≤ 0 (or NaN), a
+  bag_noise that is no probability."""
+  out = [
+      f"--{f.name}={getattr(opts, f.name)}: must be > 0" for f in dataclasses.fields(opts)
+      if f.name.endswith(("_batch", "_steps", "_lr")) and not getattr(opts, f.name) > 0
+  ]
+  if not 0 <= opts.bag_noise <= 1:
+    out.append(f"--bag_noise={opts.bag_noise}: a probability, in [0, 1]")
+  return out
+
+
 def main(argv: list[str], overrides: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   opts = demo.DemoOptions(**{name: flag.value for name, flag in _OPTIONS.items()})
+  if _option_problems(opts):
+    raise cli.UserError("; ".join(_option_problems(opts)))
   workdir, seed = _WORKDIR.value, _SEED.value
   if _NEGATIVE_KINDS.value:
     return _negative_kinds(workdir)
@@ -101,10 +118,11 @@ def main(argv: list[str], overrides: list[str]) -> None:
     return None
   if _METHOD.value:
     c = _config(_METHOD.value, seed, overrides)
+    allow = tuple(_ALLOW.value)
     if _NO_CONTROL.value:
-      demo.run(c, workdir, _METHOD.value, opts)
+      demo.run(c, workdir, _METHOD.value, opts, allow)
     else:
-      demo.run_with_control(c, workdir, _METHOD.value, opts, tuple(overrides))
+      demo.run_with_control(c, workdir, _METHOD.value, opts, tuple(overrides), allow)
     return None
   if overrides:
     raise cli.UserError("--config.KEY=VALUE applies to one demo (--method), not to a sweep")
@@ -125,7 +143,7 @@ def run(argv: list[str] | None = None) -> None:
   argv = ["--diagnose=shipped" if a == "--diagnose" else a for a in (sys.argv if argv is None else argv)]
   overrides = [a[len("--config."):] for a in argv[1:] if a.startswith("--config.")]
   rest = [a for a in argv if not a.startswith("--config.")]
-  app.run(cli.guard(lambda args: main(args, overrides)), argv=rest)
+  cli.run(lambda args: main(args, overrides), argv=rest)
 
 
 if __name__ == "__main__":

@@ -11,18 +11,22 @@ object per dataset named `{dataset}_{pretrained}_{model}_{language}_{task}.json`
 keys where it has the dataset (`sugar_crepe/swap_att` … with `acc`), so `clip_benchmark build OUT_DIR` reads them —
 plus `results.md`, the combined table (also printed), and `skipped.jsonl` (`compclip_jax.evaluators.output`). An
 `--output` ending in `.json` (the older form) names the folder without the suffix.
+
+An image that cannot be read (missing, truncated, not an image) is skipped with the examples that use it, counted per
+benchmark (a warning, and `skipped_images` in its JSON records with each file and reason; its `count` keys are the
+examples scored); `--strict` refuses it by name instead. A mistake (an unknown benchmark, a missing folder or file,
+no benchmark files at all) is one line and exit 2, and nothing is written.
 """
 from __future__ import annotations
 
 import os
 
-from absl import app, flags
+from absl import flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import host_memory
+from compclip_jax.errors import UserError
 from compclip_jax.evaluators import output, registry, scorers
-from compclip_jax.evaluators.encoding import Encoder
-from compclip_jax.evaluators.run import run_benchmarks
 
 _MODEL = flags.DEFINE_string("model", None, "Checkpoint load_clip reads (HF dir, open_clip file, compclip dir).")
 _BENCH = flags.DEFINE_list(
@@ -44,24 +48,39 @@ _CACHE = flags.DEFINE_string(
     "cache_dir", None, "Where generated ARO order negatives are kept (default: beside "
     "the annotations, else ~/.cache/compclip_jax).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated ARO order negatives.")
+_STRICT = flags.DEFINE_bool(
+    "strict", False, "Refuse an image that cannot be read (by name) instead of skipping it "
+    "and the examples that use it.")
+
+
+def _check_flags() -> None:
+  """One line (UserError) for a required flag not given or an input folder that is not there."""
+  for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
+    if not flag.value:
+      raise UserError(f"--{flag.name} is required (see --help)")
+  if not os.path.isdir(_IMAGES.value):
+    raise UserError(f"--image_dir {_IMAGES.value} is not a folder: give the folder of the benchmarks' images")
 
 
 def main(argv):
-  del argv
-  for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
-    if not flag.value:
-      raise app.UsageError(f"--{flag.name} is required")
+  if len(argv) > 1:
+    raise UserError(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+  _check_flags()
   cli.quiet_logging(cli.verbosity_given())
   host_memory.keep_freed_memory()
   names, skipped = registry.resolve(_BENCH.value, _DATA.value, _IMAGES.value)
   for n, why in skipped.items():
     print(f"skipped {n}: {why}")
+  # jax and the model code only now: a mistake above is answered in a second
+  from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators.run import run_benchmarks  # pylint: disable=import-outside-toplevel
   from compclip_jax.weights.loading import load_clip  # pylint: disable=import-outside-toplevel
   model, tokenizer, preprocess = load_clip(_MODEL.value, model_name=_MODEL_NAME.value, activation=_ACT.value)
   if tokenizer is None:
-    raise app.UsageError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary")
+    raise UserError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary: put its tokenizer files "
+                    "(vocab.json, merges.txt) beside it")
   results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value, _IMAGES.value, _TIE.value,
-                           _CACHE.value, _SEED.value)
+                           _CACHE.value, _SEED.value, _STRICT.value)
   print(output.markdown(results))
   out_dir = _OUTPUT.value[:-len(".json")] if _OUTPUT.value.endswith(".json") else _OUTPUT.value
   label = _LABEL.value or _MODEL_NAME.value or os.path.basename(os.path.abspath(_MODEL.value))
@@ -70,7 +89,7 @@ def main(argv):
 
 
 def run() -> None:
-  app.run(cli.guard(main))
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def main(argv):
 def run() -> None:
   sys.argv = config_files.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
   flags.mark_flag_as_required("config")
-  app.run(cli.guard(main))
+  cli.run(main)
 
 
 if __name__ == "__main__":

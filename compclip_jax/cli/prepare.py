@@ -2,17 +2,23 @@
 
   python -m compclip_jax.prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
   python -m compclip_jax.prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
+
+An input without usable rows, or with more rows skipped than training accepts (--max_skip_fraction, the default of
+data.max_skip_fraction), is refused: one line, exit 2, and the folder is not marked finished (details in
+`skipped.jsonl`; a rerun with a raised --max_skip_fraction resumes and finishes it).
 """
 from __future__ import annotations
 
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.data.prepare import prepare
+from compclip_jax.data.records import MAX_SKIP_FRACTION
 from compclip_jax.data.sources import CocoSource, CsvSource, read_paraphrases
+from compclip_jax.errors import UserError
 
 _CSV = flags.DEFINE_string("csv", None, "CLIC rows: header-less CSV image_path, sentence_1, …")
 _COCO = flags.DEFINE_string("coco_json", None, "Karpathy-style COCO caption JSON.")
@@ -32,18 +38,33 @@ _ALPHA = flags.DEFINE_bool(
 _ANY_FORMAT = flags.DEFINE_bool(
     "any_image_format", False, "--csv: keep rows whose image path does not end in "
     ".png/.jpg/.jpeg (the reference skips them; data.any_image_format).")
+_MAX_SKIP = flags.DEFINE_float(
+    "max_skip_fraction", MAX_SKIP_FRACTION, "Refuse (exit 2, the folder left unfinished) when more than this share "
+    "of the rows is skipped; training's data.max_skip_fraction must be at least as large to train on the result.")
 _REBUILD = flags.DEFINE_bool(
     "rebuild", False, "--out holds a prepared dataset of other inputs or options: delete "
     "the files prepare wrote there and start again.")
 
 
-def main(argv):
+def _check_flags(argv) -> None:
+  """One line (UserError) for a flag missing, or an input file or folder that is not there."""
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raise UserError(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
   if bool(_CSV.value) == bool(_COCO.value):
-    raise app.UsageError("give exactly one of --csv or --coco_json")
+    raise UserError("give exactly one of --csv or --coco_json (see --help)")
   if not (_ROOT.value and _OUT.value):
-    raise app.UsageError("--image_root and --out are required")
+    raise UserError("--image_root and --out are required (see --help)")
+  for flag in (_CSV, _COCO, _PARA):
+    if flag.value and not os.path.isfile(flag.value):
+      raise UserError(f"--{flag.name} {flag.value} is not a file")
+  if not os.path.isdir(_ROOT.value):
+    raise UserError(f"--image_root {_ROOT.value} is not a folder")
+  if not 0 <= _MAX_SKIP.value < 1:
+    raise UserError(f"--max_skip_fraction {_MAX_SKIP.value}: give a fraction in [0, 1)")
+
+
+def main(argv):
+  _check_flags(argv)
   try:
     if _CSV.value:
       source = CsvSource(_CSV.value, _ROOT.value, any_image_format=_ANY_FORMAT.value)
@@ -54,7 +75,8 @@ def main(argv):
       inputs, options = ([_PARA.value] if _PARA.value else []), {"splits": list(_SPLITS.value)}
     alpha = _ALPHA.value if _ALPHA.value is not None else bool(_CSV.value)
     meta = prepare(source, _OUT.value, _SIZE.value, _SHARD.value, _WORKERS.value, _FORMAT.value,
-                   alpha_premultiplied_resize=alpha, rebuild=_REBUILD.value, inputs=inputs, options=options)
+                   alpha_premultiplied_resize=alpha, rebuild=_REBUILD.value, inputs=inputs, options=options,
+                   max_skip_fraction=_MAX_SKIP.value, progress=sys.stderr.isatty())  # no bar in a log
   except (ValueError, OSError) as e:  # user errors: bad flags, unreadable inputs, a mismatching --out
     if os.environ.get("COMPCLIP_TRACEBACK"):
       raise
@@ -67,7 +89,7 @@ def main(argv):
 
 
 def run() -> None:
-  app.run(cli.guard(main))  # the package's other user errors (e.g. TooManySkipped) the same way
+  cli.run(main)  # the package's other user errors (e.g. TooManySkipped) the same way
 
 
 if __name__ == "__main__":

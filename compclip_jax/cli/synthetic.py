@@ -19,7 +19,7 @@ def main(argv) -> None:
 
 
 def run() -> None:
-  app.run(cli.guard(main))
+  cli.run(main)
 
 
 if __name__ == "__main__":

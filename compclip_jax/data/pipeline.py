@@ -32,7 +32,7 @@ from absl.flags import UnparsedFlagAccessError
 
 from compclip_jax.data import samples
 from compclip_jax.data.negatives import SpacyTagger
-from compclip_jax.data.records import BadRecord, SkipCounter
+from compclip_jax.data.records import MAX_SKIP_FRACTION, BadRecord, SkipCounter
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 
 if TYPE_CHECKING:  # the data layer does not import the methods (which import it); kinds arrive as objects
@@ -50,7 +50,7 @@ class PipelineConfig:
   # grain worker processes (0: in the main process); > 0 needs absl flags parsed (python -m compclip_jax.main does;
   # elsewhere call absl.flags.FLAGS.mark_as_parsed() first: grain reads one of its flags when the workers start)
   num_workers: int = 0
-  max_skip_fraction: float = 0.05
+  max_skip_fraction: float = MAX_SKIP_FRACTION
   t5_max_length: int = 77
   options: samples.ImageOptions = samples.ImageOptions()  # the kind's (`StepKind.options`): what `sample` gets
   # Of every `period` consecutive global batches of the shuffled order, this pipeline builds those at `slots`
@@ -190,7 +190,8 @@ class Batches:
   `state()` is exact at batch boundaries: restoring it continues with the same batches an uninterrupted run sees.
   `last_records` / `last_positions`: the record indices and order positions of the last batch's rows (host side).
   """
-  def __init__(self, dataset, local_batch: int, max_skip_fraction: float = 0.05, layout: dict | None = None):
+  def __init__(self, dataset, local_batch: int, max_skip_fraction: float = MAX_SKIP_FRACTION,
+               layout: dict | None = None):
     self._ds, self.local_batch = dataset, local_batch
     self.layout = layout or {}  # which positions of which order this pipeline reads; checked on restore
     self._it: Any = iter(dataset)

@@ -15,10 +15,17 @@ prepared-format version). A rerun into the same --out continues with the missing
 identical; otherwise it refuses and lists the differences (use a new --out, or --rebuild to clear the shards this
 folder holds). Shards, their summaries and `prepared.json` are written atomically (temp file + rename),
 `prepared.json` last: a folder without it is unfinished.
+
+An input with no usable row is refused before anything is written. More rows skipped than training accepts
+(`max_skip_fraction`, default data.max_skip_fraction's `records.MAX_SKIP_FRACTION`, counted as training counts them:
+skipped / (kept + skipped)) is refused too — before anything is written when the rows rejected while reading the
+input already exceed it, else after the shards with `skipped.jsonl` written and no `prepared.json` (unfinished: a
+rerun with a raised `--max_skip_fraction` resumes and finishes it; training then needs data.max_skip_fraction ≥ it).
 """
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -30,7 +37,7 @@ import numpy as np
 from compclip_jax.errors import UserError
 from compclip_jax.data.images import Preprocess, has_transparency
 from compclip_jax.data.negatives import SpacyTagger
-from compclip_jax.data.records import BadRecord
+from compclip_jax.data.records import MAX_SKIP_FRACTION, BadRecord
 from compclip_jax.data.samples import half_image
 from compclip_jax.data.sources import PREPARED_FORMAT, PREPARED_META, CsvSource, encode_record
 
@@ -171,15 +178,18 @@ def _work(args):
 
 def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, workers: int = 1,
             image_format: str = "PNG", progress: bool = True, alpha_premultiplied_resize: bool = True,
-            rebuild: bool = False, inputs: Sequence[str] = (), options: dict | None = None) -> dict:
+            rebuild: bool = False, inputs: Sequence[str] = (), options: dict | None = None,
+            max_skip_fraction: float = MAX_SKIP_FRACTION) -> dict:
   """Writes (or resumes) the prepared dataset for `source` into `out`; returns the metadata written.
 
   Resumes only when `out`'s manifest equals this call's (`manifest`); otherwise raises PrepareError naming the
   differences, or with `rebuild` deletes what a previous prepare wrote there first. `inputs` / `options`: further
-  input files and source options to record (the CLI passes the paraphrase file and the COCO splits).
+  input files and source options to record (the CLI passes the paraphrase file and the COCO splits). Raises
+  PrepareError for an input without usable rows, or above `max_skip_fraction` skipped (see the module docstring).
   """
   if shard_size < 1:
     raise PrepareError(f"--shard_size must be ≥ 1, got {shard_size}")
+  _check_read(source, max_skip_fraction)
   tagger = SpacyTagger()
   want = manifest(source, image_size, image_format, shard_size, alpha_premultiplied_resize, tagger.identity(), inputs,
                   options)
@@ -209,11 +219,46 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
         bar.update(summary["count"] + len(summary["skipped"]))
   if bar:
     bar.close()
-  return _finish(source, out, n_shards, want)
+  return _finish(source, out, n_shards, want, max_skip_fraction)
 
 
-def _finish(source, out: str, n_shards: int, want: dict) -> dict:
-  wide, skipped = [], [{"id": r.where, "reason": r.reason, "detail": str(r)} for r in source.rejected]
+def _reasons(skipped) -> str:
+  counts: dict[str, int] = {}
+  for reason in skipped:
+    counts[reason] = counts.get(reason, 0) + 1
+  return ", ".join(f"{r} {n}" for r, n in sorted(counts.items(), key=lambda rn: -rn[1]))
+
+
+def _check_read(source, limit: float) -> None:
+  """Refuses (before anything is written) an input with no usable row, or whose rows rejected when read already
+  exceed `limit`."""
+  rejected, n_read, _ = source.read_rejects() if hasattr(source, "read_rejects") else (source.rejected, len(source), ())
+  where = getattr(source, "path", "") or "the input"
+  why = f"; rejected when read: {_reasons(r.reason for r in rejected)}, e.g. {rejected[0]}" if rejected else ""
+  if len(source) == 0:
+    raise PrepareError(f"{where}: no usable rows ({n_read} read){why}: nothing written")
+  if n_read and len(rejected) / n_read > limit:
+    raise PrepareError(f"{where}: {len(rejected)} of {n_read} rows ({len(rejected) / n_read:.1%}) cannot be used, "
+                       f"more than the {limit:.1%} training accepts (data.max_skip_fraction){why}: nothing written; "
+                       "fix the input, or raise --max_skip_fraction (and data.max_skip_fraction to train on it)")
+
+
+def _check_skipped(out: str, skipped: list[dict], kept: int, limit: float) -> None:
+  """Refuses (no prepared.json: the folder stays unfinished) when skipped / (kept + skipped) exceeds `limit`, as
+  training counts it."""
+  n = len(skipped) + kept
+  if not skipped or len(skipped) / n <= limit:
+    return
+  raise PrepareError(
+      f"{out}: {len(skipped)} of {n} rows ({len(skipped) / n:.1%}) skipped ({_reasons(s['reason'] for s in skipped)}"
+      f"), more than the {limit:.1%} training accepts (data.max_skip_fraction); each one is listed in "
+      f"{os.path.join(out, 'skipped.jsonl')}. The folder is left unfinished (no {PREPARED_META}): fix the input and "
+      f"rerun, or rerun with --max_skip_fraction={math.ceil(1000 * len(skipped) / n) / 1000} to finish it (and "
+      "train with data.max_skip_fraction at least that)")
+
+
+def _finish(source, out: str, n_shards: int, want: dict, max_skip_fraction: float = MAX_SKIP_FRACTION) -> dict:
+  wide, skipped = [], [{"id": r.where, "reason": r.reason, "detail": r.detail} for r in source.rejected]
   shards, transparent = [], 0
   for k in range(n_shards):
     with open(os.path.join(out, f"shard-{k:05d}.json")) as f:
@@ -230,6 +275,7 @@ def _finish(source, out: str, n_shards: int, want: dict) -> dict:
   with open(os.path.join(out, "skipped.jsonl.tmp"), "w", encoding="utf-8", errors="backslashreplace") as f:
     f.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in skipped)
   os.replace(os.path.join(out, "skipped.jsonl.tmp"), os.path.join(out, "skipped.jsonl"))
+  _check_skipped(out, skipped, len(wide), max_skip_fraction)
   reasons: dict[str, int] = {}
   for s in skipped:
     reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1

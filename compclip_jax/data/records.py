@@ -12,6 +12,8 @@ from typing import NamedTuple, Sequence
 from compclip_jax.errors import UserError
 
 SKIPPED_FILE = "skipped.jsonl"
+# The share of unusable records a run accepts (data.max_skip_fraction's default); `prepare` refuses above it too.
+MAX_SKIP_FRACTION = 0.05
 
 
 class BadRecord(Exception):
@@ -44,7 +46,7 @@ class SkipCounter:
   read count against the limit too: the run fails when 1 − (1 − read fraction)(1 − load fraction) of the data, the
   share of rows that never become a sample, exceeds `max_fraction`.
   """
-  def __init__(self, max_fraction: float = 0.05, min_seen: int = 100, examples_per_reason: int = 3):
+  def __init__(self, max_fraction: float = MAX_SKIP_FRACTION, min_seen: int = 100, examples_per_reason: int = 3):
     self.max_fraction, self.min_seen, self.k = max_fraction, min_seen, examples_per_reason
     self.seen, self.skipped = 0, collections.Counter()
     self.examples: dict[str, list[str]] = collections.defaultdict(list)
@@ -113,7 +115,7 @@ class SkipReport:
   load-time skips, "kept": true for duplicates, which are reported only: the reference trains on them). On hosts
   other than the first (`for_workdir`), only load-time lines are written, to a file of their own.
   """
-  def __init__(self, path: str | None, max_fraction: float = 0.05, examples_per_reason: int = 3,
+  def __init__(self, path: str | None, max_fraction: float = MAX_SKIP_FRACTION, examples_per_reason: int = 3,
                write_read: bool = True, echo=print):
     self.path, self.max_fraction, self.k = path, max_fraction, examples_per_reason
     self.write_read, self.echo = write_read, echo

@@ -294,7 +294,10 @@ class PreparedSource:
         for line in f:
           if line.strip():
             d = json.loads(line)
-            dropped.append(Rejected(d.get("reason", "unknown"), str(d.get("id", path)), d.get("detail", "")))
+            where, detail = str(d.get("id", path)), d.get("detail", "")
+            # folders prepared before 2026-12-03 wrote the row into the detail too (`Rejected` prefixes it again)
+            detail = detail.removeprefix(f"{where}: ")
+            dropped.append(Rejected(d.get("reason", "unknown"), where, detail))
     return dropped, len(self) + len(dropped), []
 
   @staticmethod

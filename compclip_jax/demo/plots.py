@@ -224,7 +224,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def summary_chance(label: str) -> float | None:
-  """The chance level (0..1) of a report row by its label (demo.REPORT_ROWS): 50 % for SugarCrepe's binary choices,
+  """The chance level (0..1) of a report row by its label (tables.REPORT_ROWS): 50 % for SugarCrepe's binary choices,
   1/3 for SugarCrepe++ ITT; None otherwise (TOT's three similarities share captions: no simple chance; retrieval:
   the test set's size is not in the summary)."""
   if label.startswith("SugarCrepe++"):

@@ -37,21 +37,11 @@ from compclip_jax.cli import config_files
 from compclip_jax.demo import plots as demo_plots
 from compclip_jax.demo import shipped
 from compclip_jax.demo.diagnose import diagnose
-from compclip_jax.demo.tables import paired_table, summary_table
+from compclip_jax.demo.tables import before_after, paired_table, report_table, summary_table
 from compclip_jax.data import synthetic
 from compclip_jax.errors import UserError
 from compclip_jax.train import config as config_lib
 from compclip_jax.train import loop as train
-from compclip_jax.train.metrics import tag as metric_tag
-
-# (benchmark, metric, label) rows of the report
-REPORT_ROWS = ([("sugarcrepe", s, f"SugarCrepe {s}")
-                for s in ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj", "add_att", "add_obj")] +
-               [("sugarcrepe", "replace", "SugarCrepe replace (mean)"),
-                ("sugarcrepe", "swap", "SugarCrepe swap (mean)")] +
-               [("sugarcrepe_pp", f"{g}/itt", f"SugarCrepe++ {g} ITT") for g in ("replace", "swap")] +
-               [("coco_retrieval", f"{d}_retrieval_recall@{k}", f"retrieval {d} R@{k}") for d in ("image", "text")
-                for k in (1, 5)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,9 +223,22 @@ def write_pretrained(c, workdir: str, out: str, opts: DemoOptions) -> dict:
   return manifest
 
 
-def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions()) -> dict:
+def say(text: str) -> None:
+  """A line of the demo's own on the console (process 0): what it does next, where its results are."""
+  if jax.process_index() == 0:
+    print(f"demo: {text}", flush=True)
+
+
+def _say_world(f, workdir: str) -> None:
+  if not os.path.exists(os.path.join(workdir, "world", synthetic.WORLD_MANIFEST)):
+    say(f"writing the synthetic world ({f.data.synthetic_size} training scenes, {f.evals.synthetic_size} held-out "
+        f"benchmark scenes) into {os.path.join(workdir, 'world')}: once, about half a minute")
+
+
+def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions(), allow: tuple[str, ...] = ()) -> dict:
   """The demo of `c`'s method (its runs and reports named `name`, default the method) → {label: (before, after)}.
-  The report draws the run of its control (`CONTROL_OF`) beside it when `<workdir>/<control>` holds one."""
+  The report draws the run of its control (`CONTROL_OF`) beside it when `<workdir>/<control>` holds one. `allow`:
+  train.run's allow_config_change (a rerun in the same workdir with changed values)."""
   name = name or c.method
   clip, t5 = starting_point(c, workdir, opts)
   f = _on_world(c, workdir)
@@ -243,13 +246,17 @@ def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions()) -> d
   if methods.get(c.method).extend_model is not None:
     f.read.t5.init, f.read.t5.random = t5, False
   run_dir = os.path.join(workdir, name)
-  train.run(f, run_dir)
+  _say_world(f, workdir)
+  say(f"fine-tuning {name} ({f.total_steps} steps of batch {f.batch_size}) in {run_dir}")
+  train.run(f, run_dir, allow)
   return report(run_dir, workdir, name)
 
 
-def run_with_control(c, workdir: str, name: str, opts: DemoOptions = DemoOptions(), overrides: tuple = ()) -> dict:
+def run_with_control(c, workdir: str, name: str, opts: DemoOptions = DemoOptions(), overrides: tuple = (),
+                     allow: tuple[str, ...] = ()) -> dict:
   """`name`'s control first (its `:demo` config, the same seed and `--config` overrides: the same data and steps),
-  then `name` (config `c`) → `name`'s {label: (before, after)}, its report drawn against the control's run."""
+  then `name` (config `c`) → `name`'s {label: (before, after)}, its report drawn against the control's run. Both
+  configs are checked before either runs."""
   control = CONTROL_OF.get(name)
   if control:
     k = demo_config(control)
@@ -257,8 +264,12 @@ def run_with_control(c, workdir: str, name: str, opts: DemoOptions = DemoOptions
     for o in overrides:  # a key of the method's own section does not apply to its control
       if o.partition("=")[0].split(".")[0] in k:
         override(k, o)
-    run(k, workdir, control, opts)
-  return run(c, workdir, name, opts)
+    train.validate(k)
+    train.validate(c)  # a mistake in the method's values is refused now, not after the control's run
+    say(f"the control first: {control} (plain contrastive fine-tuning of what {name} trains, same data and steps)")
+    run(k, workdir, control, opts, allow)
+    say(f"the control's run ended: {os.path.join(workdir, control)}; now {name}")
+  return run(c, workdir, name, opts, allow)
 
 
 def _metrics(run_dir: str) -> list[dict]:
@@ -267,29 +278,21 @@ def _metrics(run_dir: str) -> list[dict]:
 
 
 def report(run_dir: str, workdir: str, method: str) -> dict:
-  """Before (step 0) and after (last evaluation) for each report row; table + plots.
-  Returns {label: (before, after)}."""
-  rows = _metrics(run_dir)
-  evals = [m for m in rows if any(k.startswith("eval/") for k in m)]
-  before, after = evals[0], evals[-1]
-  table = {}
-  for bench, metric, label in REPORT_ROWS:
-    key = metric_tag(f"eval/{bench}/{metric}")  # as metrics.jsonl spells it (recall@1 as recall_at_1)
-    if key in before and key in after:
-      table[label] = (before[key], after[key])
-  lines = [f"| {method} on the synthetic world (held-out pairings, %) | before | after | Δ |", "|---|---|---|---|"]
-  lines += [f"| {k} | {100 * b:.1f} | {100 * a:.1f} | {100 * (a - b):+.1f} |" for k, (b, a) in table.items()]
-  text = "\n".join(lines)
+  """Before (step 0) and after (last evaluation) for each report row, beside the control's run where the workdir
+  holds one; table (console + report_<method>.md) and plots. Returns {label: (before, after)}."""
+  table = before_after(_metrics(run_dir))
+  control = CONTROL_OF.get(method, "")
+  control_dir = os.path.join(workdir, control)
+  control_rows = _metrics(control_dir) if control and os.path.exists(os.path.join(control_dir, "metrics.jsonl")) \
+      else None
+  text = report_table(method, table, control if control_rows else "", control_rows and before_after(control_rows))
   if jax.process_index() == 0:
     print(text, flush=True)
-    with open(os.path.join(workdir, f"report_{method}.md"), "w") as f:
+    md, png = (os.path.join(workdir, f"report_{method}.{ext}") for ext in ("md", "png"))
+    with open(md, "w") as f:
       f.write(text + "\n")
-    control = CONTROL_OF.get(method, "")
-    control_rows = None
-    if control and os.path.exists(os.path.join(workdir, control, "metrics.jsonl")):
-      control_rows = _metrics(os.path.join(workdir, control))
-    demo_plots.plot_report(rows, os.path.join(workdir, f"report_{method}.png"), method, control_rows,
-                           control if control_rows else "")
+    demo_plots.plot_report(_metrics(run_dir), png, method, control_rows, control if control_rows else "")
+    say(f"{method}'s run: {run_dir}; its report: {md}, {png}")
   return table
 
 
@@ -357,12 +360,14 @@ def override(c, assignment: str) -> None:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
     value = text
+  problem = config_lib.key_problem(c, key)
+  if problem:
+    raise UserError(f"--config.{key}: {problem}")
   *path, leaf = key.split(".")
   node = c
   for part in path:
-    if part not in node:
-      raise UserError(f"--config.{key}: no such config key")
     node = node[part]
-  if leaf not in node:
-    raise UserError(f"--config.{key}: no such config key")
-  node[leaf] = value
+  try:
+    node[leaf] = value
+  except TypeError as e:  # ml_collections keeps each key's type: a string for a number, a number for a string
+    raise UserError(f"--config.{assignment}: {key} takes a {type(node[leaf]).__name__} ({e})") from None

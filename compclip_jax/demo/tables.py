@@ -1,9 +1,49 @@
-"""The sweep's tables: mean ± std over seeds, and same-seed differences (a method against its control)."""
+"""The demo's tables: one method's report (before and after, beside its control's run), and the sweep's: mean ± std
+over seeds, and same-seed differences (a method against its control)."""
 from __future__ import annotations
 
 import numpy as np
 
 from compclip_jax.demo import plots as demo_plots
+from compclip_jax.train.metrics import tag as metric_tag
+
+# (benchmark, metric, label) rows of the report
+REPORT_ROWS = ([("sugarcrepe", s, f"SugarCrepe {s}")
+                for s in ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj", "add_att", "add_obj")] +
+               [("sugarcrepe", "replace", "SugarCrepe replace (mean)"),
+                ("sugarcrepe", "swap", "SugarCrepe swap (mean)")] +
+               [("sugarcrepe_pp", f"{g}/itt", f"SugarCrepe++ {g} ITT") for g in ("replace", "swap")] +
+               [("coco_retrieval", f"{d}_retrieval_recall@{k}", f"retrieval {d} R@{k}") for d in ("image", "text")
+                for k in (1, 5)])
+
+
+def before_after(rows: list[dict]) -> dict[str, tuple[float, float]]:
+  """{report label: (before, after)} of a run's metrics.jsonl `rows`: its first evaluation (step 0) and its last."""
+  evals = [m for m in rows if any(k.startswith("eval/") for k in m)]
+  table = {}
+  for bench, metric, label in REPORT_ROWS:
+    key = metric_tag(f"eval/{bench}/{metric}")  # as metrics.jsonl spells it (recall@1 as recall_at_1)
+    if evals and key in evals[0] and key in evals[-1]:
+      table[label] = (evals[0][key], evals[-1][key])
+  return table
+
+
+def report_table(method: str, table: dict, control: str = "", control_table: dict | None = None) -> str:
+  """The markdown report of `method` (`before_after`'s table, in %): before, after and the change; with its control's
+  run (`control`, `control_table`) also the control's after and change, and the method's lead over it, same rows."""
+  title = f"| {method} on the synthetic world (held-out pairings, %) | before |"
+  if not control_table:
+    lines = [title + " after | Δ |", "|---|---|---|---|"]
+    return "\n".join(lines +
+                     [f"| {k} | {100 * b:.1f} | {100 * a:.1f} | {100 * (a - b):+.1f} |" for k, (b, a) in table.items()])
+  lines = [title + f" {method} | Δ | {control} (control) | Δ | {method} − {control} |", "|---|" + "---|" * 6]
+  for k, (b, a) in table.items():
+    if k not in control_table:
+      continue
+    ctl = control_table[k][1]
+    lines.append(f"| {k} | {100 * b:.1f} | {100 * a:.1f} | {100 * (a - b):+.1f} | {100 * ctl:.1f} | "
+                 f"{100 * (ctl - b):+.1f} | {100 * (a - ctl):+.1f} |")
+  return "\n".join(lines)
 
 
 def summary_table(cols: dict, seeds: list[int]) -> str:

@@ -42,16 +42,17 @@ VGA_MIN_COUNT = 25
 
 def _load_vg(data_dir, image_dir, file, group_of, name, min_count, excluded=frozenset()):
   images, texts = Index(), Index()
-  rows, groups = [], []
+  rows = []  # (image, false caption, true caption, group): one list, so skipping an image keeps them aligned
   for r in read_json(os.path.join(data_dir, "aro", file)):
     box = (r["bbox_x"], r["bbox_y"], r["bbox_w"], r["bbox_h"])
     in_images = os.path.join(image_dir, "aro", "images", r["image_path"])  # ARO's own layout, else the usual lookup
     path = in_images if os.path.exists(in_images) else image_path(image_dir, "aro", r["image_path"])
-    rows.append((images.add(ImageRef(path, box)), texts.add(r["false_caption"]), texts.add(r["true_caption"])))
-    groups.append(group_of(r))
+    rows.append((images.add(ImageRef(path,
+                                     box)), texts.add(r["false_caption"]), texts.add(r["true_caption"]), group_of(r)))
 
   def score(img, txt, tie):
-    i, f, t = (np.array(x) for x in zip(*rows))
+    i, f, t = (np.array(x) for x in list(zip(*rows))[:3])
+    groups = [r[3] for r in rows]
     ok = scorers.pair_correct(np.sum(img[i] * txt[t], -1), np.sum(img[i] * txt[f], -1), tie)
     per = {}
     for g in sorted(set(groups)):
@@ -63,7 +64,7 @@ def _load_vg(data_dir, image_dir, file, group_of, name, min_count, excluded=froz
         "count": len(rows)
     }
 
-  return Task(name, images, texts, score)
+  return Task(name, images, texts, score, examples=(rows,))
 
 
 def load_vg_relation(data_dir: str, image_dir: str) -> Task:
@@ -158,4 +159,4 @@ def load_order(data_dir: str, image_dir: str, dataset: str, cache_dir: str | Non
     ok = [scorers.argmax_correct((txt[opts] @ img[i])[None], 0, tie)[0] for i, opts in rows]
     return {"precision@1": float(np.mean(ok)), "count": len(rows), "negatives_file": cache}
 
-  return Task(f"{dataset}_order", images, texts, score)
+  return Task(f"{dataset}_order", images, texts, score, examples=(rows,))

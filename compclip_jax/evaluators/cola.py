@@ -24,4 +24,4 @@ def load_cola(data_dir: str, image_dir: str) -> Task:
     ok = scorers.cola(s(c1, i1), s(c1, i2), s(c2, i1), s(c2, i2), tie)
     return {"accuracy": float(np.mean(ok)), "count": len(rows)}
 
-  return Task("cola_multiobject", images, texts, score)
+  return Task("cola_multiobject", images, texts, score, examples=(rows,))

@@ -42,4 +42,4 @@ def load_crepe(data_dir: str, image_dir: str) -> Task:
     out["mean"] = scorers.mean(out[s] for s in rows)
     return out
 
-  return Task("crepe", images, texts, score)
+  return Task("crepe", images, texts, score, examples=tuple(rows.values()))

@@ -2,7 +2,9 @@
 
 The last batch is padded (masked rows dropped afterwards) so shapes stay fixed and every host runs the same number of
 batches; each host builds only its rows of a global batch. Token arrays are trimmed to 16-token buckets (exact, as
-in training) on single-process runs. Images are read by a thread pool; a missing image names itself.
+in training) on single-process runs. Images are read by a thread pool. An image that cannot be read (missing,
+truncated, not an image) is recorded in `bad` ({row: reason}, agreed by every host) and encoded as zeros, for the
+caller to drop its examples (`Task.skip_images`); with `strict` it is refused by name (UserError).
 """
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import os
 import jax
 import numpy as np
 from flax import nnx
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
+
+from compclip_jax.errors import UserError
 
 from compclip_jax.train import sharding
 from compclip_jax.data import pipeline as pl
@@ -81,17 +85,46 @@ class Encoder:
 
     return self._run(self._text, len(texts), local, desc)
 
-  def images(self, refs: list[ImageRef], desc: str = "images") -> np.ndarray:
-    """[N, D] normalised fp32 image embeddings."""
+  def images(self, refs: list[ImageRef], desc: str = "images", bad: dict[int, str] | None = None,
+             strict: bool = False) -> np.ndarray:
+    """[N, D] normalised fp32 image embeddings; rows that cannot be read go to `bad` ({row: reason}; zeros encoded)
+    or, with `strict` (or no `bad` given), raise UserError naming the file."""
+    found: dict[int, str] = {}
+    strict = strict or bad is None
     with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
-      return self._run(self._image, len(refs),
-                       lambda rows: np.stack(list(pool.map(lambda r: self._load(refs[r]), rows))), desc)
+      out = self._run(self._image, len(refs),
+                      lambda rows: np.stack(list(pool.map(lambda r: self._load(refs, r, found, strict), rows))), desc)
+    if bad is not None:
+      bad.update(_agreed(found, len(refs)))
+    return out
 
-  def _load(self, ref: ImageRef) -> np.ndarray:
-    if not os.path.exists(ref.path):
-      raise FileNotFoundError(f"image {ref.path} not found (check --image_dir)")
-    with Image.open(ref.path) as img:
-      if ref.box is not None:
-        x, y, w, h = ref.box
-        img = img.crop((x, y, x + w, y + h))
-      return self.preprocess(img)
+  def _load(self, refs: list[ImageRef], row: int, bad: dict[int, str], strict: bool) -> np.ndarray:
+    ref = refs[row]
+    try:
+      if not os.path.exists(ref.path):
+        raise FileNotFoundError("not found")
+      with Image.open(ref.path) as img:
+        img.load()  # decode now: a truncated file fails here, with its name, not deep inside the transform
+        if ref.box is not None:
+          x, y, w, h = ref.box
+          img = img.crop((x, y, x + w, y + h))
+        return self.preprocess(img)
+    except (OSError, ValueError, SyntaxError, UnidentifiedImageError, Image.DecompressionBombError) as e:
+      why = " ".join(str(e).split()) or type(e).__name__
+      if strict:
+        raise UserError(f"image {ref.path}: {why} (check --image_dir, fix or remove the file; without --strict "
+                        "it is skipped and counted)") from None
+      bad[row] = why
+      size = self.preprocess.size
+      return np.zeros((size, size, 3), np.float32)
+
+
+def _agreed(bad: dict[int, str], n: int) -> dict[int, str]:
+  """`bad` with the rows other hosts could not read added (each host reads only its rows of a batch)."""
+  if jax.process_count() == 1:
+    return bad
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  mask = np.zeros(n, np.int32)
+  mask[list(bad)] = 1
+  every = np.asarray(multihost_utils.process_allgather(mask)).reshape(-1, n).max(0)
+  return {int(r): bad.get(int(r), "unreadable (found by another host)") for r in np.flatnonzero(every)}

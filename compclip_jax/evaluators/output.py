@@ -15,7 +15,9 @@ metric keys:
 
 Other benchmarks (SugarCrepe++, ARO, VALSE, COLA, What'sUp, CREPE) keep our name, task `compositionality` and our
 keys. Every record's metrics also carry `tie_rule` (clip_benchmark's argmax lets a tie go to the first option, i.e.
-`lenient`; our default is `strict`, METHODS §3) and counts. Skipped benchmarks go to `skipped.jsonl`, which the
+`lenient`; our default is `strict`, METHODS §3) and counts. A benchmark that skipped unreadable images says so in
+each of its records: `skipped_images` (top level: [{"image", "reason"}]) and metrics `skipped_images`,
+`skipped_examples` (its counts are of the examples scored). Skipped benchmarks go to `skipped.jsonl`, which the
 reader ignores (it reads `.json` only).
 """
 from __future__ import annotations
@@ -56,6 +58,15 @@ def records(name: str, result: dict, model: str, pretrained: str, tie: str) -> l
   return [{**base, "dataset": result["dataset"], "task": task, "metrics": {**m, **extra}}]
 
 
+def _with_skips(recs: list[dict], result: dict) -> list[dict]:
+  """Each record with the benchmark's skipped images (name and reason; their count is in its metrics)."""
+  skipped = result.get("skipped_images") or []
+  if not skipped:
+    return recs
+  counts = {k: result["metrics"][k] for k in ("skipped_images", "skipped_examples") if k in result["metrics"]}
+  return [{**r, "metrics": {**r["metrics"], **counts}, "skipped_images": skipped} for r in recs]
+
+
 def file_name(record: dict) -> str:
   """clip_benchmark's default output name `{dataset}_{pretrained}_{model}_{language}_{task}.json`."""
   return (f"{record['dataset'].replace('/', '_')}_{_slug(os.path.basename(record['pretrained'].rstrip('/')))}_"
@@ -78,7 +89,7 @@ def write(out_dir: str, results: dict[str, dict], model: str, pretrained: str, t
   os.makedirs(out_dir, exist_ok=True)
   written = []
   for name, result in results.items():
-    for rec in records(name, result, model, pretrained, tie):
+    for rec in _with_skips(records(name, result, model, pretrained, tie), result):
       path = os.path.join(out_dir, file_name(rec))
       tmp = f"{path}.tmp"
       with open(tmp, "w") as f:

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 from typing import Callable
 
+from compclip_jax.errors import UserError
 from compclip_jax.evaluators import aro, cola, crepe, retrieval, sugarcrepe, valse, whatsup, winoground, zeroshot
 from compclip_jax.evaluators.tasks import Task
 
@@ -37,8 +39,22 @@ ZEROSHOT_PREFIX = "zeroshot:"  # zeroshot:<dataset> reads <image_dir>/<dataset>/
 ORDER_SETS = ("coco_order", "flickr30k_order")
 
 
+class BenchmarkError(UserError, ValueError):
+  """An unknown benchmark name, or no benchmark files where they were looked for."""
+
+
 def resolve(names: list[str], data_dir: str, image_dir: str) -> tuple[list[str], dict[str, str]]:
-  """(benchmarks to run, {skipped: why}); 'all' expands to every benchmark whose files exist."""
+  """(benchmarks to run, {skipped: why}); 'all' expands to every benchmark whose files exist. Raises BenchmarkError
+  for an unknown name (with the nearest known one), a `data_dir` that is not a folder, or an 'all' that finds none."""
+  unknown = [n for n in names if n not in BENCHMARKS and not n.startswith(ZEROSHOT_PREFIX)] if names != ["all"] else []
+  if unknown:
+    near = {n: difflib.get_close_matches(n, list(BENCHMARKS), 1) for n in unknown}
+    hint = "; ".join(f"{n!r}: did you mean {m[0]!r}?" for n, m in near.items() if m)
+    raise BenchmarkError(f"unknown benchmark(s) {unknown}{' (' + hint + ')' if hint else ''}; known: "
+                         f"{', '.join(sorted(BENCHMARKS))}, {ZEROSHOT_PREFIX}<dataset>, all")
+  if not os.path.isdir(data_dir):
+    raise BenchmarkError(f"--data_dir {data_dir} is not a folder: give the folder that holds one folder per "
+                         f"benchmark ({', '.join(sorted({b.needs.split('/')[0] for b in BENCHMARKS.values()}))})")
   if names == ["all"]:
     run, skipped = [], {}
     for n, b in BENCHMARKS.items():
@@ -46,10 +62,10 @@ def resolve(names: list[str], data_dir: str, image_dir: str) -> tuple[list[str],
         run.append(n)
       else:
         skipped[n] = f"{os.path.join(data_dir, b.needs)} not found"
+    if not run:
+      raise BenchmarkError(f"--benchmark=all: no benchmark files in {data_dir} (looked for "
+                           f"{', '.join(b.needs for b in BENCHMARKS.values())})")
     return run, skipped
-  unknown = [n for n in names if n not in BENCHMARKS and not n.startswith(ZEROSHOT_PREFIX)]
-  if unknown:
-    raise ValueError(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}, {ZEROSHOT_PREFIX}<dataset>, all")
   return names, {}
 
 

@@ -8,6 +8,7 @@ scenes; written once by process 0 into `evals.data_dir`, default `<workdir>/worl
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Callable
@@ -48,17 +49,35 @@ def benchmark_dirs(e, workdir: str, seed: int, process_index: int = 0,
 
 
 def run_benchmarks(encoder: Encoder, names: list[str], data_dir: str, image_dir: str, tie: str = "strict",
-                   cache_dir: str | None = None, seed: int = 0) -> dict[str, dict]:
-  """{benchmark: {"task", "dataset", "metrics"}} with the encoder's current weights; unknown names raise, missing
-  files name themselves."""
+                   cache_dir: str | None = None, seed: int = 0, strict: bool = False) -> dict[str, dict]:
+  """{benchmark: {"task", "dataset", "metrics", "skipped_images"}} with the encoder's current weights; unknown names
+  raise, missing files name themselves. An image that cannot be read is skipped with the examples that use it
+  (`skipped_images`: [{"image", "reason"}]; metrics `skipped_images`, `skipped_examples`, the `count` keys over what
+  is left), or with `strict` refused by name (UserError)."""
   out = {}
   for name in names:
     t0 = time.perf_counter()
     task = registry.load(name, data_dir, image_dir, cache_dir, seed)
-    img = encoder.images(task.images.items, desc=f"{name} images")
+    bad: dict[int, str] = {}
+    img = encoder.images(task.images.items, desc=f"{name} images", bad=bad, strict=strict)
+    dropped = _skip(task, bad) if bad else 0
     txt = encoder.texts(task.texts.items, desc=f"{name} texts")
+    metrics = task.score(img, txt, tie)
+    if bad:
+      metrics |= {"skipped_images": len(bad), "skipped_examples": dropped}
     out[name] = {
-        "task": task.task, "dataset": task.name,
-        "metrics": task.score(img, txt, tie) | {"seconds": round(time.perf_counter() - t0, 1)}
+        "task": task.task, "dataset": task.name, "metrics": metrics | {"seconds": round(time.perf_counter() - t0, 1)},
+        "skipped_images": [{"image": task.images.items[r].path, "reason": why} for r, why in sorted(bad.items())]
     }
   return out
+
+
+def _skip(task, bad: dict[int, str]) -> int:
+  """Drops the examples that use the unreadable images `bad` ({row: reason}) and says so; → examples dropped."""
+  dropped = task.skip_images(bad)
+  row, why = next(iter(sorted(bad.items())))
+  logging.warning(
+      "%s: skipped %d of %d images that cannot be read and the %d examples using them (its metrics count "
+      "only the rest: see its count keys); e.g. %s: %s", task.name, len(bad), len(task.images), dropped,
+      task.images.items[row].path, why)
+  return dropped

@@ -31,7 +31,7 @@ def load_sugarcrepe(data_dir: str, image_dir: str) -> Task:
     out["mean"] = scorers.mean(out[s] for s in SC_SUBSETS)
     return out
 
-  return Task("sugarcrepe", images, texts, score)
+  return Task("sugarcrepe", images, texts, score, examples=tuple(rows.values()))
 
 
 def load_sugarcrepe_pp(data_dir: str, image_dir: str) -> Task:
@@ -57,4 +57,4 @@ def load_sugarcrepe_pp(data_dir: str, image_dir: str) -> Task:
       out[f"mean/{kind}"] = scorers.mean(out[f"{s}/{kind}"] for s in SCPP_SUBSETS)
     return out
 
-  return Task("sugarcrepe_pp", images, texts, score)
+  return Task("sugarcrepe_pp", images, texts, score, examples=tuple(rows.values()))

@@ -3,6 +3,11 @@
 Loaders build a `Task` with an `Index` of distinct images (path + optional crop box) and one of distinct texts, so each
 is encoded once however often the benchmark reuses it. `score(img, txt, tie)` receives the L2-normalised fp32
 embeddings in index order and returns the metrics.
+
+An image that cannot be read is skipped, with every example that uses it: a loader lists its example lists in
+`Task.examples` (each example a tuple holding its image rows, which `Index.add` returns as `ImageRow`), `skip_images`
+drops those examples from the lists in place, and `score` — which reads the same lists — counts only what is left
+(its `count` keys are the denominators). A task without `examples` cannot skip: it refuses the image by name.
 """
 from __future__ import annotations
 
@@ -14,18 +19,24 @@ from typing import Callable, Hashable
 
 import numpy as np
 
+from compclip_jax.errors import UserError
 from compclip_jax.evaluators import scorers
 
 
+class ImageRow(int):
+  """A row of a task's image index (an int): how `skip_images` finds the examples that use an image."""
+
+
 class Index:
-  """Distinct items in insertion order: `add(x)` → its row."""
+  """Distinct items in insertion order: `add(x)` → its row (an `ImageRow` for an `ImageRef`)."""
   def __init__(self):
     self.items: list = []
     self._rows: dict[Hashable, int] = {}
 
   def add(self, item) -> int:
     if item not in self._rows:
-      self._rows[item] = len(self.items)
+      n = len(self.items)
+      self._rows[item] = ImageRow(n) if isinstance(item, ImageRef) else n
       self.items.append(item)
     return self._rows[item]
 
@@ -46,6 +57,31 @@ class Task:
   texts: Index
   score: Callable[[np.ndarray, np.ndarray, str], dict]
   task: str = "compositionality"  # clip_benchmark's `task`
+  examples: tuple[list, ...] = ()  # the lists `score` reads, each example a tuple holding its ImageRows
+
+  def skip_images(self, bad: dict[int, str]) -> int:
+    """Drops, in place, every example that uses an image row in `bad` ({row: reason}); → how many were dropped.
+    Raises UserError when the task cannot skip (no `examples`) or a list would be left empty."""
+    if not self.examples:
+      row, why = next(iter(bad.items()))
+      raise UserError(f"{self.name}: image {self.images.items[row].path} cannot be used ({why}) and this benchmark "
+                      "cannot skip images: fix or replace the file")
+    dropped = 0
+    for rows in self.examples:
+      kept = [e for e in rows if not _uses(e, bad)]
+      if rows and not kept:
+        raise UserError(f"{self.name}: every example uses an unreadable image, e.g. "
+                        f"{self.images.items[next(iter(bad))].path} ({next(iter(bad.values()))}): check --image_dir")
+      dropped += len(rows) - len(kept)
+      rows[:] = kept
+    return dropped
+
+
+def _uses(example, bad: dict[int, str]) -> bool:
+  """Whether `example` (an ImageRow, or a tuple / list holding some) uses an image row in `bad`."""
+  if isinstance(example, ImageRow):
+    return example in bad
+  return isinstance(example, (tuple, list)) and any(_uses(x, bad) for x in example)
 
 
 def image_path(image_dir: str, benchmark: str, name: str) -> str:

@@ -32,4 +32,4 @@ def load_valse(data_dir: str, image_dir: str) -> Task:
     out["mean"] = scorers.mean(out[p] for p in rows)  # macro over pieces
     return out
 
-  return Task("valse", images, texts, score)
+  return Task("valse", images, texts, score, examples=tuple(rows.values()))

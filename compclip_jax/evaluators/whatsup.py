@@ -38,27 +38,26 @@ def load_whatsup(data_dir: str, image_dir: str) -> Task:
     path = os.path.join(data_dir, "whatsup", f"{name}.json")
     if not os.path.exists(path):
       continue
-    rows, pairs, sets = [], [], []
+    rows = []  # (image, options, pair, set): one list, so skipping an image keeps them aligned
     for r in read_json(path):
       if name in CONTROLLED:
         rel = r["image_path"]
         opts = r["caption_options"]
         p, s = controlled_groups(rel)
-        pairs.append(p)
-        sets.append(s)
       else:
         image_id, correct, wrong = r
         rel = f"{int(image_id):012d}.jpg" if name.startswith("coco") else f"{image_id}.jpg"
-        opts = [correct, wrong]
-      rows.append((images.add(ImageRef(image_path(image_dir, "whatsup", rel))), [texts.add(o) for o in opts]))
-    subsets[name] = (rows, pairs, sets)
+        opts, p, s = [correct, wrong], None, None
+      rows.append((images.add(ImageRef(image_path(image_dir, "whatsup", rel))), [texts.add(o) for o in opts], p, s))
+    subsets[name] = rows
   if not subsets:
     raise FileNotFoundError(f"no What'sUp subset files in {os.path.join(data_dir, 'whatsup')}")
 
   def score(img, txt, tie):
     out = {}
-    for name, (rows, pairs, sets) in subsets.items():
-      ok = np.array([scorers.argmax_correct((txt[o] @ img[i])[None], 0, tie)[0] for i, o in rows])
+    for name, rows in subsets.items():
+      ok = np.array([scorers.argmax_correct((txt[o] @ img[i])[None], 0, tie)[0] for i, o, _, _ in rows])
+      pairs, sets = [r[2] for r in rows if r[2] is not None], [r[3] for r in rows if r[3] is not None]
       out[f"{name}/individual"] = float(ok.mean())
       out[f"{name}/count"] = len(rows)
       if pairs:
@@ -67,4 +66,4 @@ def load_whatsup(data_dir: str, image_dir: str) -> Task:
     out["mean/individual"] = scorers.mean(out[f"{n}/individual"] for n in subsets)
     return out
 
-  return Task("whatsup", images, texts, score)
+  return Task("whatsup", images, texts, score, examples=tuple(subsets.values()))

@@ -28,4 +28,4 @@ def load_winoground(data_dir: str, image_dir: str) -> Task:
     r = scorers.winoground(s(c0, i0), s(c1, i0), s(c1, i1), s(c0, i1), tie)
     return {k: float(np.mean(v)) for k, v in r.items()} | {"count": len(rows)}
 
-  return Task("winoground", images, texts, score)
+  return Task("winoground", images, texts, score, examples=(rows,))

@@ -50,21 +50,21 @@ def load_zeroshot(data_dir: str, image_dir: str, dataset: str) -> Task:
     raise ValueError(f"{dataset}: {len(names)} class names for {len(folders)} class folders")
   templates = _lines(os.path.join(data_dir, dataset, "templates.txt")) or list(OPENAI_IMAGENET_TEMPLATES)
   images, texts = Index(), Index()
-  labels = []
+  rows = []  # (image, class)
   for c, d in enumerate(folders):
     for f in sorted(os.listdir(os.path.join(root, d))):
       if f.endswith(IMAGE_SUFFIXES):
-        images.add(ImageRef(os.path.join(root, d, f)))
-        labels.append(c)
+        rows.append((images.add(ImageRef(os.path.join(root, d, f))), c))
   prompts = [[texts.add(t.format(n)) for t in templates] for n in names]
 
   def score(img, txt, tie):
     cls = np.stack([txt[p].mean(0) for p in prompts])
     cls /= np.linalg.norm(cls, axis=-1, keepdims=True)
-    logits = img @ cls.T
+    logits = img[[i for i, _ in rows]] @ cls.T
+    labels = [c for _, c in rows]
     return {
         "acc1": scorers.topk_accuracy(logits, labels, 1, tie),
         "acc5": scorers.topk_accuracy(logits, labels, min(5, len(names)), tie), "count": len(labels)
     }
 
-  return Task(dataset, images, texts, score, task="zeroshot_classification")
+  return Task(dataset, images, texts, score, task="zeroshot_classification", examples=(rows,))

@@ -6,6 +6,7 @@ metric writer take these objects and never name a method (docs/architecture.md, 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 import jax
@@ -82,6 +83,26 @@ class StepKind:
 def no_problems(c: ml_collections.ConfigDict) -> list[str]:
   del c
   return []
+
+
+# (test, what a value must be) of `out_of_range`'s rules
+POSITIVE = (lambda v: v > 0, "> 0")
+NON_NEGATIVE = (lambda v: v >= 0, "≥ 0")
+PROBABILITY = (lambda v: 0 <= v <= 1, "in [0, 1]")
+
+
+def out_of_range(c: ml_collections.ConfigDict, rules: tuple[tuple[str, tuple], ...]) -> list[str]:
+  """The values of `c` that make no sense: `rules` are (dotted key, (test, what the value must be)); a value that is
+  no finite number fails too (a NaN passes every comparison's negation)."""
+  out = []
+  for key, (test, must) in rules:
+    v = c
+    for part in key.split("."):
+      v = v[part]
+    finite = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not finite or not test(v):
+      out.append(f"{key} {v!r}: must be {must}")
+  return out
 
 
 def coco_data(c: ml_collections.ConfigDict) -> None:
@@ -171,18 +192,30 @@ def stacked(ids: jax.Array) -> jax.Array:
   return jnp.swapaxes(ids, 0, 1).reshape(-1, ids.shape[-1])
 
 
-def per_set(fn: Callable[[jax.Array], jax.Array], ids: jax.Array) -> jax.Array:
-  """`fn` (a text tower) on every caption of ids [B, K, L] → its outputs [K·B, …] stacked set by set, as
-  `fn(stacked(ids))` — the same rows, the same values.
+def per_sample(fn: Callable[[jax.Array], jax.Array], ids: jax.Array) -> jax.Array:
+  """`fn` (a text tower) on every caption of ids [B, K, L] → its outputs [B, K, …], sample-major.
 
-  The captions go through `fn` sample-major ([B·K, L], a reshape that keeps the batch axis, and so its sharding,
-  outermost) and only the outputs are reordered. Stacking the ids set by set first merges the sharded batch axis
-  into an inner one, which XLA lays out by gathering every caption's activations to every device, layer by layer:
-  on CLIC's step (ViT-B/32, global batch 80, v5e-8, FSDP; `python -m compclip_jax.compile`) 15.7 GB of all-gathers
-  per device per step, 1.3 GB (the weights) sample-major (docs/tpu.md)."""
+  The captions go through `fn` as [B·K, L], a reshape that keeps the batch axis, and so its sharding, outermost.
+  Stacking the ids set by set first merges the sharded batch axis into an inner one, which XLA lays out by
+  gathering every caption's activations to every device, layer by layer: on CLIC's step (ViT-B/32, global batch 80,
+  v5e-8, FSDP; `python -m compclip_jax.compile`) 15.7 GB of all-gathers per device per step, 1.3 GB (the weights)
+  sample-major (docs/tpu.md). Take one caption of every sample as `out[:, j]` (its rows stay where they are)."""
   b, k, l = ids.shape
   out = fn(ids.reshape(b * k, l))
-  return jnp.swapaxes(out.reshape(b, k, *out.shape[1:]), 0, 1).reshape(k * b, *out.shape[1:])
+  return out.reshape(b, k, *out.shape[1:])
+
+
+def set_major(out: jax.Array) -> jax.Array:
+  """[B, K, …] → [K·B, …], set by set (what the losses index as `txt[j·B:(j+1)·B]`). Its rows of one set are no
+  longer the batch axis's own shards: read one set from the sample-major array instead (`per_sample`)."""
+  b, k = out.shape[:2]
+  return jnp.swapaxes(out, 0, 1).reshape(k * b, *out.shape[2:])
+
+
+def per_set(fn: Callable[[jax.Array], jax.Array], ids: jax.Array) -> jax.Array:
+  """`fn` on every caption of ids [B, K, L] → its outputs [K·B, …] stacked set by set, as `fn(stacked(ids))` — the
+  same rows, the same values, computed sample-major (`per_sample`)."""
+  return set_major(per_sample(fn, ids))
 
 
 def logit_scale(clip: CLIP) -> jax.Array:

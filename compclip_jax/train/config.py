@@ -2,15 +2,25 @@
 shared sections, and older flat keys carried over to the method sections (`migrate`, `migrate_flat`).
 
 A config is `base(method)` (+ the method's `Section`s, config.<section>) with the method's recipe applied
-(configs/<name>.py). Everything here is values: no code path depends on which method runs.
+(configs/<name>.py). Everything here is values: no code path depends on which method runs. `problems` lists the
+shared values that make no sense (train/trainer.py `validate` adds the rest); `key_problem` names the nearest key of a
+mistyped one.
 """
 from __future__ import annotations
 
+import difflib
 import logging
 
 import ml_collections
 
+from compclip_jax.errors import UserError
+from compclip_jax.methods import base as methods_base
 from compclip_jax.methods.base import Method
+
+
+class ConfigError(UserError, ValueError):
+  """A config that cannot run (a ValueError too: ml_collections and older callers catch that)."""
+
 
 # Parameter-rule regexes for CLIP (matched against dotted paths, e.g. 'text_model.encoder.layers.0.mlp.fc1.kernel').
 CLIP_TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
@@ -27,8 +37,8 @@ def _model() -> dict:
   # "dots_saveable" | "none", used when remat_text; scan_layers: each tower's blocks as one lax.scan (compiled once;
   # docs/tpu.md).
   # remat_text is on by default: the same function, +20 % of the text step's FLOPs, and what makes the paper configs
-  # fit their TPUs with margin (CLIC ViT-L/14 at 800 on a v4-8; docs/tpu.md); the tiny :runlocal / :demo runs on
-  # CPU turn it off
+  # fit their TPUs with margin (ViT-L/14 text-side training at batch 800 on a v4-8; docs/tpu.md); the tiny
+  # :runlocal / :demo runs on CPU turn it off
   return dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16", compute_dtype="float32",
               remat_text=True, text_compute_dtype="", vision_compute_dtype="", attention="explicit",
               remat_policy="full", scan_layers=False)
@@ -116,7 +126,8 @@ def with_arg(c: ml_collections.ConfigDict, arg: str, method: Method) -> ml_colle
   if arg == "demo":
     return demo(c, method)
   if arg:
-    raise ValueError(f"configs/{method.name}.py: unknown argument {arg!r} (use one of {ARGS})")
+    raise ConfigError(f"configs/{method.name}.py: unknown argument {arg!r} (use one of: runlocal, demo; or none, "
+                      f"--config=configs/{method.name}.py)")
   return c
 
 
@@ -160,6 +171,54 @@ def demo(c: ml_collections.ConfigDict, method: Method) -> ml_collections.ConfigD
   c.checkpoint.every_steps = 100
   c.optim.schedule, c.optim.lr, c.optim.warmup_steps = "warmup_steps_cosine", 1e-4, 20
   return c
+
+
+# ------------------------------------------------------------------------------------------------------ checks
+_POS, _NONNEG, _UNIT = methods_base.POSITIVE, methods_base.NON_NEGATIVE, methods_base.PROBABILITY
+_MESH = (lambda v: v == -1 or v >= 1, "-1 (the devices left) or ≥ 1")
+# the shared values that make no sense (0 only where it is a documented "off" / "derived")
+RANGES = (("batch_size", _POS), ("num_epochs", _POS), ("total_steps", (_NONNEG[0], "≥ 0 (0: from num_epochs)")),
+          ("log_every", _POS), ("checkpoint.every_steps", _POS), ("checkpoint.keep", _POS), ("optim.lr", _POS),
+          ("optim.start_lr", _NONNEG), ("optim.end_lr", _NONNEG), ("optim.warmup_frac", _UNIT),
+          ("optim.warmup_steps", _NONNEG), ("optim.b1", (lambda v: 0 <= v < 1, "in [0, 1)")),
+          ("optim.b2", (lambda v: 0 <= v < 1, "in [0, 1)")), ("optim.eps", _NONNEG), ("optim.weight_decay", _NONNEG),
+          ("optim.grad_clip", (_NONNEG[0], "≥ 0 (0: no clipping)")), ("data.max_skip_fraction", _UNIT),
+          ("data.num_workers", _NONNEG), ("data.image_size", _POS),
+          ("evals.every_steps", (_NONNEG[0], "≥ 0 (0: before and after training only)")), ("evals.batch_size", _POS),
+          ("mesh.data", _MESH), ("mesh.fsdp", _MESH), ("mesh.min_fsdp_size", _NONNEG),
+          ("peak_flops", (_NONNEG[0], "≥ 0 (0: no MFU)")))
+
+
+def problems(c: ml_collections.ConfigDict) -> list[str]:
+  """Every shared value of `c` that makes no sense (`RANGES`), e.g. a learning rate ≤ 0 or a NaN."""
+  return methods_base.out_of_range(c, RANGES)
+
+
+def _keys(c: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+  out = []
+  for k, v in c.items():
+    out.append(prefix + k)
+    if isinstance(v, ml_collections.ConfigDict):
+      out += _keys(v, f"{prefix}{k}.")
+  return out
+
+
+def key_problem(c: ml_collections.ConfigDict, key: str) -> str | None:
+  """None when the dotted `key` is one of config `c`; else what to say (the nearest key, or the section's keys)."""
+  node, parts = c, key.split(".")
+  for i, part in enumerate(parts):
+    if isinstance(node, ml_collections.ConfigDict) and part in node:
+      node = node[part]
+      continue
+    section = ".".join(parts[:i])
+    keys = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+    # a sibling first (optim.lrr → optim.lr), then a key anywhere (optimm.lr → optim.lr)
+    near = [".".join(parts[:i] + [k] + parts[i + 1:]) for k in difflib.get_close_matches(part, keys, n=1)]
+    near = near or difflib.get_close_matches(key, _keys(c), n=1, cutoff=0.8)
+    if near:
+      return f"no such config key: did you mean {near[0]}?"
+    return f"no such config key ({section or 'the config'} has {', '.join(keys) or 'no keys'})"
+  return None
 
 
 # ------------------------------------------------------------------------------------------- older flat keys

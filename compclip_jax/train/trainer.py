@@ -19,18 +19,16 @@ from compclip_jax import methods
 from compclip_jax.data import pipeline as pl
 from compclip_jax.data import records, source_config
 from compclip_jax.data.sources import PreparedSource
-from compclip_jax.errors import UserError
 from compclip_jax.evaluators import run as evaluation
 from compclip_jax.methods import Method
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import ATTENTION, REMAT_POLICIES
+from compclip_jax.train import config as config_lib
 from compclip_jax.train import optim, runinfo, sharding, state, steps
+from compclip_jax.train.config import ConfigError
+from compclip_jax.weights import loading
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
-
-
-class ConfigError(UserError, ValueError):
-  pass
 
 
 # ------------------------------------------------------------------------------------------------- config check
@@ -40,6 +38,11 @@ def _model_problems(m) -> list[str]:
     errors.append("model.init (a path load_clip reads) or model.random ('tiny' or an open_clip name) is required")
   if m.init and not os.path.exists(m.init):
     errors.append(f"model.init {m.init} does not exist")
+  elif m.init:
+    try:  # the format from the file names alone: a folder that is no checkpoint is refused before anything is written
+      loading.detect_format(m.init)
+    except ValueError as e:
+      errors.append(f"model.init {e}")
   if m.random and m.random != "tiny" and m.random.removesuffix("-quickgelu") not in clip_config.OPEN_CLIP_MODELS:
     errors.append(f"model.random {m.random!r}: use 'tiny' or one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
   for name in ("frozen_dtype", "compute_dtype", "text_compute_dtype", "vision_compute_dtype"):
@@ -48,6 +51,23 @@ def _model_problems(m) -> list[str]:
   if m.attention not in ATTENTION or m.remat_policy not in REMAT_POLICIES:
     errors.append(f"model.attention {m.attention!r} / model.remat_policy {m.remat_policy!r}: use one "
                   f"of {ATTENTION} / {REMAT_POLICIES}")
+  return errors
+
+
+def _device_problems(c, n_dev: int, n_proc: int) -> list[str]:
+  """The global batch and the mesh against this run's devices and processes."""
+  errors = []
+  if c.batch_size > 0 and (c.batch_size % n_dev or c.batch_size % n_proc):
+    errors.append(f"batch_size {c.batch_size} is not divisible by the {n_dev} devices / {n_proc} processes: use a "
+                  f"multiple of {math.lcm(n_dev, n_proc)}")
+  data, fsdp = c.mesh.data, c.mesh.fsdp
+  if data == fsdp == -1:
+    errors.append("mesh.data and mesh.fsdp are both -1: at most one of them may be")
+  elif min(data, fsdp) >= -1 and 0 not in (data, fsdp):  # other values: config_lib.RANGES says what is wrong
+    rows, cols = (data if data > 0 else n_dev // fsdp), (fsdp if fsdp > 0 else n_dev // data)
+    if rows * cols != n_dev:
+      errors.append(f"mesh.data {data} × mesh.fsdp {fsdp} does not use the {n_dev} devices: make their product "
+                    f"{n_dev}, or set one of them to -1")
   return errors
 
 
@@ -65,13 +85,12 @@ def validate(c: ml_collections.ConfigDict, inputs: bool = True) -> None:
     errors += source_config.config_errors(c.data) + evaluation.config_errors(c.evals)
   if c.optim.schedule not in optim.SCHEDULES:
     errors.append(f"optim.schedule {c.optim.schedule!r}: use one of {optim.SCHEDULES}")
-  n_dev, n_proc = jax.device_count(), jax.process_count()
-  if inputs and (c.batch_size % n_dev or c.batch_size % n_proc):
-    errors.append(f"batch_size {c.batch_size} is not divisible by the {n_dev} devices / {n_proc} processes")
-  if c.total_steps < 0 or c.num_epochs <= 0:
-    errors.append("total_steps must be ≥ 0 and num_epochs > 0")
+  errors += config_lib.problems(c)
+  if inputs:
+    errors += _device_problems(c, jax.device_count(), jax.process_count())
   if errors:
-    raise ConfigError("config problems:\n  " + "\n  ".join(errors))
+    many = f"{len(errors)} config problems:\n  " + "\n  ".join(errors)  # all of them at once, one a line
+    raise ConfigError(f"config problem: {errors[0]}" if len(errors) == 1 else many)
 
 
 # --------------------------------------------------------------------------------------------------------- data
@@ -175,6 +194,7 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   method = methods.get(c.method)
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
   logging.info("mesh %s over %d devices, %d process(es)", dict(mesh.shape), jax.device_count(), jax.process_count())
+  model = state.build_model(c, method)  # before the data: a model that does not load leaves the workdir as it was
   source = make_source(c, workdir)
   # read-time rejects: logged with examples, written to <workdir>/skipped.jsonl, checked against max_skip_fraction
   skips = records.SkipReport.for_workdir(workdir, c.data.max_skip_fraction, jax.process_index())
@@ -182,7 +202,6 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   if len(source) < c.batch_size // jax.process_count():
     raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
                       f"{c.batch_size // jax.process_count()}")
-  model = state.build_model(c, method)
   _check_prepared(c, method, source, model.clip_cfg.vision.image_size)
   pipes = make_pipelines(c, method, source, model, skips)
   total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))

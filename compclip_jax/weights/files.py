@@ -14,6 +14,8 @@ from typing import Mapping
 import ml_dtypes
 import numpy as np
 
+FORMATS = ("hf", "open_clip", "compclip")  # what save_clip writes (here: the CLIs name them without importing jax)
+
 _ST_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I64": np.int64,
     "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_

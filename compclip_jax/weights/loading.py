@@ -25,7 +25,7 @@ from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
 from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, params
 
-FORMATS = ("hf", "open_clip", "compclip")
+FORMATS = files.FORMATS
 COMPCLIP_META = "compclip.json"
 COMPCLIP_VERSION = 2  # 2: dense kernels [out, in]; 1: [in, out]
 OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")

@@ -327,7 +327,7 @@ def test_prepare_lists_read_time_rejects_and_training_counts_them(messy, tmp_pat
     Image.new("RGB", (40, 30), "red").save(tmp_path / name)
   src = CsvSource(messy, str(tmp_path))
   out = tmp_path / "prepared"
-  prepare(src, str(out), image_size=32, shard_size=4, workers=1, progress=False)
+  prepare(src, str(out), image_size=32, shard_size=4, workers=1, progress=False, max_skip_fraction=1)  # messy
   lines = _lines(out / "skipped.jsonl")
   assert [(d["id"], d["reason"]) for d in lines[:len(MESSY_REJECTS)]] == [(f"{messy}:{n}", k) for k, n in MESSY_REJECTS]
   assert [d["reason"] for d in lines[len(MESSY_REJECTS):]] == ["missing_image"]

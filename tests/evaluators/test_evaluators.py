@@ -159,10 +159,12 @@ def test_synthetic_zeroshot_folders(tmp_path):
 # -------------------------------------------------------------------------------- end to end, stub encoder
 class StubEncoder:
   """Every image embeds to e0; a text embeds to e0 when it contains 'good' or 'tie', else e1."""
-  def images(self, refs, desc=""):
-    for r in refs:
+  def images(self, refs, desc="", bad=None, strict=False):
+    for k, r in enumerate(refs):  # a missing image: refused with `strict`, else recorded in `bad`, as Encoder does
       if not os.path.exists(r.path):
-        raise FileNotFoundError(r.path)
+        if strict or bad is None:
+          raise FileNotFoundError(r.path)
+        bad[k] = "not found"
     return np.tile([[1.0, 0.0]], (len(refs), 1))
 
   def texts(self, texts, desc=""):
@@ -186,9 +188,13 @@ def test_end_to_end_with_a_stub_encoder_and_a_tie(tmp_path):
   lenient = run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images, "lenient")["sugarcrepe"]["metrics"]
   assert strict["swap_obj"] == 0.5 and strict["mean"] == 0.5  # 2 right, 1 wrong, 1 tie (wrong)
   assert lenient["swap_obj"] == 0.75 and lenient["add"] == 0.75  # the tie counts
-  os.remove(tmp_path / "images" / "2.jpg")
+  os.remove(tmp_path / "images" / "2.jpg")  # skipped with its examples (the tie), counted; refused with strict
+  skipped = run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images)["sugarcrepe"]
+  assert skipped["metrics"]["swap_obj"] == 2 / 3 and skipped["metrics"]["swap_obj/count"] == 3
+  assert skipped["metrics"]["skipped_images"] == 1 and skipped["metrics"]["skipped_examples"] == 7
+  assert skipped["skipped_images"] == [{"image": str(tmp_path / "images" / "2.jpg"), "reason": "not found"}]
   with pytest.raises(FileNotFoundError, match="2.jpg"):
-    run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images)
+    run_benchmarks(StubEncoder(), ["sugarcrepe"], data, images, strict=True)
 
 
 def test_all_says_what_it_skipped(tmp_path):

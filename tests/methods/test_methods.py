@@ -253,3 +253,6 @@ def test_per_set_is_the_tower_on_the_stacked_sets():
   assert got.shape == (15, clip_config.tiny().text.width)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-6)
   assert not np.allclose(np.asarray(got[:3]), np.asarray(got[3:6]))  # sets differ: the order is checked
+  by_sample = base.per_sample(clip.text_model, jnp.asarray(ids))  # [B, K, width]: what READ's decoder reads
+  for k in range(5):
+    np.testing.assert_array_equal(np.asarray(by_sample[:, k]), np.asarray(got[3 * k:3 * (k + 1)]))

@@ -204,8 +204,11 @@ def test_guard_prints_user_errors_without_a_traceback(tmp_path, capsys, monkeypa
   def bug(_):
     raise KeyError("clic")
 
-  with pytest.raises(KeyError):  # a bug keeps its traceback
+  with pytest.raises(SystemExit) as e:  # a bug keeps its traceback, and says it is one
     cli.guard(bug)([])
+  err = capsys.readouterr().err
+  assert e.value.code == 1 and "Traceback" in err and "KeyError: 'clic'" in err
+  assert err.splitlines()[-1] == cli.BUG
   monkeypatch.setenv("COMPCLIP_TRACEBACK", "1")
   with pytest.raises(runinfo.RunMismatch):
     cli.guard(bad)([])

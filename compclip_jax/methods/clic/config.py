@@ -31,7 +31,7 @@ def problems(c: ml_collections.ConfigDict) -> list[str]:
   out = []
   if not isinstance(c.clic.clip_every, int) or c.clic.clip_every < 0:
     out.append(f"clic.clip_every {c.clic.clip_every!r}: an integer ≥ 0 (0: no CLIP steps)")
-  return out
+  return out + base.out_of_range(c, tuple((f"clic.{w}", base.NON_NEGATIVE) for w in ("w_cont", "w_sneg", "w_uni")))
 
 
 RENAMED = (("clip_every", "clic.clip_every"), ("loss.w_cont", "clic.w_cont"), ("loss.w_sneg", "clic.w_sneg"),

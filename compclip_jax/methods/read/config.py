@@ -41,7 +41,13 @@ def problems(c: ml_collections.ConfigDict) -> list[str]:
     out.append(f"read.proj_init {r.proj_init!r}: use one of {PROJ_INITS}")
   if r.align_direction not in ALIGN_DIRECTIONS:
     out.append(f"read.align_direction {r.align_direction!r}: use one of {ALIGN_DIRECTIONS}")
-  return out
+  return out + base.out_of_range(c, RANGES)
+
+
+# values that make no sense: negative loss weights; a random decoder of no layers or width
+RANGES = (("read.w_con", base.NON_NEGATIVE), ("read.w_rec", base.NON_NEGATIVE), ("read.w_align", base.NON_NEGATIVE),
+          ("read.t5.random_layers", base.POSITIVE), ("read.t5.random_d_model", base.POSITIVE),
+          ("read.t5.random_vocab", (base.NON_NEGATIVE[0], "≥ 0 (0: the tokenizer's size)")))
 
 
 def runlocal(c: ml_collections.ConfigDict) -> None:
