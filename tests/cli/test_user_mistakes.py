@@ -80,7 +80,7 @@ def test_demo_mistakes_are_one_line(args, says, tmp_path):
   _one_line_refusal(_run("demo", f"--workdir={tmp_path / 'w'}", *args), says, tmp_path / "w")
 
 
-@pytest.mark.parametrize("module", ["main", "demo", "bench", "bench_device", "synthetic"])
+@pytest.mark.parametrize("module", ["main", "demo", "bench", "bench_device", "synthetic", "compile"])
 def test_help_exits_0(module):
   out = _run(module, "--help")
   assert out.returncode == 0 and "--" in out.stdout and "Traceback" not in out.stderr, out.stderr[-2000:]
