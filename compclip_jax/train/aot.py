@@ -26,6 +26,7 @@ from compclip_jax.train import sharding, state, trainer
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")
 _OP = re.compile(r"=\s*(\(?[^=]*?\)?)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\(")
 _SHAPE = re.compile(r"(pred|s8|u8|s16|u16|s32|u32|s64|u64|bf16|f16|f32|f64)\[([\d,]*)\]")
+_COMMENT = re.compile(r"/\*.*?\*/")
 _BYTES = {
     "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8,
     "u64": 8, "f64": 8
@@ -70,6 +71,7 @@ def collectives(hlo_text: str) -> dict:
   traffic between slices as "dcn-<transfer type>" (e.g. "dcn-all-reduce": the sends of a cross-slice all-reduce)."""
   out = collections.defaultdict(lambda: {"count": 0, "bytes": 0})
   for line in hlo_text.splitlines():
+    line = _COMMENT.sub("", line)  # a long tuple's "/*index=5*/" marks: their "=" would end the result's match
     m = _OP.search(line)
     if m:
       name, result = m.group(2), m.group(1)

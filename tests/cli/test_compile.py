@@ -42,9 +42,10 @@ def test_collectives_are_counted_with_their_bytes():
   %ard = (f32[16]{0}, f32[4]{0}) all-reduce-done((f32[16]{0}, f32[4]{0}) %ars)
   %cp = s32[3]{0} collective-permute(s32[3]{0} %x), source_target_pairs={{0,1}}
   %rs = f32[2,8]{1,0} reduce-scatter(f32[8,8]{1,0} %y), dimensions={0}
+  %g = (f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}, /*index=5*/f32[8]{0}) all-reduce(%a, %b), to_apply=%add
   """
   assert aot.collectives(hlo) == {
-      "all-gather": {"count": 1, "bytes": 8 * 512 * 2}, "all-reduce": {"count": 1, "bytes": 16 * 4 + 4 * 4},
+      "all-gather": {"count": 1, "bytes": 8 * 512 * 2}, "all-reduce": {"count": 2, "bytes": 16 * 4 + 4 * 4 + 5 * 16 + 32},
       "collective-permute": {"count": 1, "bytes": 12}, "reduce-scatter": {"count": 1, "bytes": 64}
   }
 
