@@ -45,7 +45,8 @@ def test_collectives_are_counted_with_their_bytes():
   %g = (f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}, /*index=5*/f32[8]{0}) all-reduce(%a, %b), to_apply=%add
   """
   assert aot.collectives(hlo) == {
-      "all-gather": {"count": 1, "bytes": 8 * 512 * 2}, "all-reduce": {"count": 2, "bytes": 16 * 4 + 4 * 4 + 5 * 16 + 32},
+      "all-gather": {"count": 1, "bytes": 8 * 512 * 2},
+      "all-reduce": {"count": 2, "bytes": 16 * 4 + 4 * 4 + 5 * 16 + 32},
       "collective-permute": {"count": 1, "bytes": 12}, "reduce-scatter": {"count": 1, "bytes": 64}
   }
 
