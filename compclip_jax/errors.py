@@ -11,3 +11,10 @@ class UserError(Exception):
   def __init__(self, message: str, exit_code: int = EXIT_USER_ERROR):
     super().__init__(message)
     self.exit_code = exit_code
+
+
+class InputError(UserError, ValueError):
+  """A file or folder the user gave cannot be read as what it should be (a checkpoint, a benchmark file, JSON): a
+  `ValueError` too, so callers that catch `ValueError` around input reading keep working."""
+  def __init__(self, message: str):
+    super().__init__(message)

@@ -65,19 +65,31 @@ def _listing(folder: str) -> str:
 
 def load_spec(spec: str):
   """The ConfigDict of a resolved `--config` value `path[:arg]`, loaded as ml_collections will load it. Raises
-  UserError for a missing file, a file without get_config or a ConfigError of its (an unknown `:arg`)."""
+  UserError for a missing file, a file that fails to load (any exception, named in one line), a file without
+  get_config or a ConfigError of its (an unknown `:arg`)."""
   path, sep, arg = spec.partition(":")
   if not os.path.isfile(path):
     raise UserError(f"--config={spec}: {path} does not exist; {_listing(os.path.dirname(path) or '.')}")
   spec_ = importlib.util.spec_from_file_location("compclip_config_check", path)
   module = importlib.util.module_from_spec(spec_)
-  spec_.loader.exec_module(module)
+  try:
+    spec_.loader.exec_module(module)
+  except Exception as e:  # pylint: disable=broad-except
+    raise _failed(spec, path, e) from None
   if not hasattr(module, "get_config"):
     raise UserError(f"--config={spec}: {path} has no get_config(): not a config file; {_listing(configs_dir())}")
   try:
     return module.get_config(arg) if sep else module.get_config()
   except config_lib.ConfigError as e:
     raise UserError(f"--config={spec}: {e}") from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise _failed(spec, path, e) from None
+
+
+def _failed(spec: str, path: str, e: Exception) -> UserError:
+  """A config file that raised while loading (a SyntaxError, a KeyError in get_config): one line naming it."""
+  what = " ".join(str(e).split())
+  return UserError(f"--config={spec}: {path} failed to load: {type(e).__name__}: {what}")
 
 
 def _config_value(argv: list[str]) -> str | None:

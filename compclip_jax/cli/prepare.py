@@ -59,8 +59,8 @@ def _check_flags(argv) -> None:
       raise UserError(f"--{flag.name} {flag.value} is not a file")
   if not os.path.isdir(_ROOT.value):
     raise UserError(f"--image_root {_ROOT.value} is not a folder")
-  if not 0 <= _MAX_SKIP.value < 1:
-    raise UserError(f"--max_skip_fraction {_MAX_SKIP.value}: give a fraction in [0, 1)")
+  if not 0 <= _MAX_SKIP.value <= 1:  # as data.max_skip_fraction (1: refuse only an input with no usable row)
+    raise UserError(f"--max_skip_fraction {_MAX_SKIP.value}: give a fraction in [0, 1]")
 
 
 def main(argv):

@@ -37,7 +37,7 @@ import numpy as np
 from compclip_jax.errors import UserError
 from compclip_jax.data.images import Preprocess, has_transparency
 from compclip_jax.data.negatives import SpacyTagger
-from compclip_jax.data.records import MAX_SKIP_FRACTION, BadRecord
+from compclip_jax.data.records import MAX_SKIP_FRACTION, BadRecord, counts
 from compclip_jax.data.samples import half_image
 from compclip_jax.data.sources import PREPARED_FORMAT, PREPARED_META, CsvSource, encode_record
 
@@ -222,19 +222,12 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
   return _finish(source, out, n_shards, want, max_skip_fraction)
 
 
-def _reasons(skipped) -> str:
-  counts: dict[str, int] = {}
-  for reason in skipped:
-    counts[reason] = counts.get(reason, 0) + 1
-  return ", ".join(f"{r} {n}" for r, n in sorted(counts.items(), key=lambda rn: -rn[1]))
-
-
 def _check_read(source, limit: float) -> None:
   """Refuses (before anything is written) an input with no usable row, or whose rows rejected when read already
   exceed `limit`."""
   rejected, n_read, _ = source.read_rejects() if hasattr(source, "read_rejects") else (source.rejected, len(source), ())
   where = getattr(source, "path", "") or "the input"
-  why = f"; rejected when read: {_reasons(r.reason for r in rejected)}, e.g. {rejected[0]}" if rejected else ""
+  why = f"; rejected when read: {counts(r.reason for r in rejected)}, e.g. {rejected[0]}" if rejected else ""
   if len(source) == 0:
     raise PrepareError(f"{where}: no usable rows ({n_read} read){why}: nothing written")
   if n_read and len(rejected) / n_read > limit:
@@ -250,7 +243,7 @@ def _check_skipped(out: str, skipped: list[dict], kept: int, limit: float) -> No
   if not skipped or len(skipped) / n <= limit:
     return
   raise PrepareError(
-      f"{out}: {len(skipped)} of {n} rows ({len(skipped) / n:.1%}) skipped ({_reasons(s['reason'] for s in skipped)}"
+      f"{out}: {len(skipped)} of {n} rows ({len(skipped) / n:.1%}) skipped ({counts(s['reason'] for s in skipped)}"
       f"), more than the {limit:.1%} training accepts (data.max_skip_fraction); each one is listed in "
       f"{os.path.join(out, 'skipped.jsonl')}. The folder is left unfinished (no {PREPARED_META}): fix the input and "
       f"rerun, or rerun with --max_skip_fraction={math.ceil(1000 * len(skipped) / n) / 1000} to finish it (and "

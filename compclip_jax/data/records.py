@@ -97,7 +97,8 @@ class SkipCounter:
     self.examples = collections.defaultdict(list, {k: list(v) for k, v in state["examples"].items()})
 
 
-def _counts(reasons) -> str:
+def counts(reasons) -> str:
+  """'reason n, …', the most frequent first (a skip summary's one line; prepare's too)."""
   return ", ".join(f"{r} {n}" for r, n in collections.Counter(reasons).most_common())
 
 
@@ -149,7 +150,7 @@ class SkipReport:
     self._rewrite()
     if self.rejected:
       logging.warning("%s: %d of %d records rejected when read (%s); e.g.\n  %s\nall listed in %s", self.source,
-                      len(self.rejected), self.n_read, _counts(r.reason for r in self.rejected),
+                      len(self.rejected), self.n_read, counts(r.reason for r in self.rejected),
                       "\n  ".join(f"{r.reason}: {r}" for r in self._examples(self.rejected)), self.path)
     if self.kept:
       logging.warning("%s: %d duplicate row(s) kept, as the reference trains on them; e.g. %s", self.source,
@@ -157,7 +158,7 @@ class SkipReport:
     if self.n_read and self.read_fraction > self.max_fraction:
       raise TooManySkipped(
           f"{self.source}: {len(self.rejected)} of {self.n_read} records ({self.read_fraction:.1%}) cannot be used "
-          f"(> data.max_skip_fraction {self.max_fraction:.1%}): {_counts(r.reason for r in self.rejected)}; e.g.\n  " +
+          f"(> data.max_skip_fraction {self.max_fraction:.1%}): {counts(r.reason for r in self.rejected)}; e.g.\n  " +
           "\n  ".join(f"{r.reason}: {r}" for r in self._examples(self.rejected)) +
           f"\nfix the data or raise data.max_skip_fraction; every rejected record is listed in {self.path}")
 
@@ -218,7 +219,7 @@ class SkipReport:
     parts = []
     if self.rejected:
       parts.append(f"{len(self.rejected)} of {self.n_read} records rejected when read "
-                   f"({_counts(r.reason for r in self.rejected)})")
+                   f"({counts(r.reason for r in self.rejected)})")
     else:
       parts.append(f"none of {self.n_read} records rejected when read")
     skipped = collections.Counter()

@@ -238,8 +238,9 @@ def _say_world(f, workdir: str) -> None:
 def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions(), allow: tuple[str, ...] = ()) -> dict:
   """The demo of `c`'s method (its runs and reports named `name`, default the method) → {label: (before, after)}.
   The report draws the run of its control (`CONTROL_OF`) beside it when `<workdir>/<control>` holds one. `allow`:
-  train.run's allow_config_change (a rerun in the same workdir with changed values)."""
+  train.run's allow_config_change (a rerun in the same workdir with changed values). `c` is validated first."""
   name = name or c.method
+  train.validate(_on_world(c, workdir))  # a mistake is refused before the world, the starting point, a stage line
   clip, t5 = starting_point(c, workdir, opts)
   f = _on_world(c, workdir)
   f.model.random, f.model.init = "", clip
@@ -264,8 +265,7 @@ def run_with_control(c, workdir: str, name: str, opts: DemoOptions = DemoOptions
     for o in overrides:  # a key of the method's own section does not apply to its control
       if o.partition("=")[0].split(".")[0] in k:
         override(k, o)
-    train.validate(k)
-    train.validate(c)  # a mistake in the method's values is refused now, not after the control's run
+    train.validate(c)  # a mistake in the method's values is refused now, not after the control's run (run() checks k)
     say(f"the control first: {control} (plain contrastive fine-tuning of what {name} trains, same data and steps)")
     run(k, workdir, control, opts, allow)
     say(f"the control's run ended: {os.path.join(workdir, control)}; now {name}")

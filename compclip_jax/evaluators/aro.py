@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from compclip_jax.errors import InputError
 from compclip_jax.evaluators import scorers
 from compclip_jax.evaluators.captions import pre_caption, read_test_captions
 from compclip_jax.evaluators.tasks import ImageRef, Index, Task, image_path, read_json
@@ -141,7 +142,7 @@ def load_order(data_dir: str, image_dir: str, dataset: str, cache_dir: str | Non
     with open(cache) as f:
       options = json.load(f)
     if [o[0] for o in options] != [pre_caption(c) for c in captions]:
-      raise ValueError(f"{cache} was generated for other captions; delete it to regenerate")
+      raise InputError(f"{cache} was generated for other captions; delete it to regenerate")
   else:
     options = order_options(captions, seed)
     with open(cache + ".tmp", "w") as f:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from compclip_jax.errors import InputError
 from compclip_jax.evaluators.tasks import read_json
 
 _PUNCT = re.compile(r"([.!\"()*#:;~,?'])")
@@ -28,4 +29,4 @@ def read_test_captions(path: str, split: str = "test") -> list[tuple[str, list[s
     return out
   if isinstance(data, list) and data and "image" in data[0]:
     return [(r["image"], list(r["caption"]) if isinstance(r["caption"], list) else [r["caption"]]) for r in data]
-  raise ValueError(f"{path}: expected a Karpathy dataset JSON or a list of {{'image', 'caption'}} records")
+  raise InputError(f"{path}: expected a Karpathy dataset JSON or a list of {{'image', 'caption'}} records")

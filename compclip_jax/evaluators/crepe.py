@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from compclip_jax.errors import InputError
 from compclip_jax.evaluators import scorers
 from compclip_jax.evaluators.tasks import ImageRef, Index, Task, image_path, subset_files
 
@@ -27,7 +28,7 @@ def load_crepe(data_dir: str, image_dir: str) -> Task:
           box = tuple(float(r[k]) for k in ("x", "y", "width", "height"))
           negs = json.loads(r["hard_negs"])
         except (KeyError, ValueError) as e:
-          raise ValueError(f"{f}:{n}: bad CREPE row ({e}); see the schema in compclip_jax/evaluators/crepe.py") \
+          raise InputError(f"{f}:{n}: bad CREPE row ({e}); see the schema in compclip_jax/evaluators/crepe.py") \
               from None
         rs.append((images.add(ImageRef(image_path(image_dir, "crepe", r["image_path"]),
                                        box)), [texts.add(r["caption"])] + [texts.add(x) for x in negs]))

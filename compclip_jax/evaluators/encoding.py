@@ -93,12 +93,17 @@ class Encoder:
     strict = strict or bad is None
     with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
       out = self._run(self._image, len(refs),
-                      lambda rows: np.stack(list(pool.map(lambda r: self._load(refs, r, found, strict), rows))), desc)
+                      lambda rows: np.stack(list(pool.map(lambda r: self._load(refs, r, found), rows))), desc)
+    found = _agreed(found, len(refs))  # every host joins, then every host knows every bad row (and raises alike)
+    if strict and found:
+      row = min(found)
+      raise UserError(f"image {refs[row].path}: {found[row]} (check --image_dir, fix or remove the file; without "
+                      "--strict it is skipped and counted)")
     if bad is not None:
-      bad.update(_agreed(found, len(refs)))
+      bad.update(found)
     return out
 
-  def _load(self, refs: list[ImageRef], row: int, bad: dict[int, str], strict: bool) -> np.ndarray:
+  def _load(self, refs: list[ImageRef], row: int, bad: dict[int, str]) -> np.ndarray:
     ref = refs[row]
     try:
       if not os.path.exists(ref.path):
@@ -110,11 +115,7 @@ class Encoder:
           img = img.crop((x, y, x + w, y + h))
         return self.preprocess(img)
     except (OSError, ValueError, SyntaxError, UnidentifiedImageError, Image.DecompressionBombError) as e:
-      why = " ".join(str(e).split()) or type(e).__name__
-      if strict:
-        raise UserError(f"image {ref.path}: {why} (check --image_dir, fix or remove the file; without --strict "
-                        "it is skipped and counted)") from None
-      bad[row] = why
+      bad[row] = " ".join(str(e).split()) or type(e).__name__  # strict or not: `images` decides on every host
       size = self.preprocess.size
       return np.zeros((size, size, 3), np.float32)
 

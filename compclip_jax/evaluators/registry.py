@@ -43,15 +43,24 @@ class BenchmarkError(UserError, ValueError):
   """An unknown benchmark name, or no benchmark files where they were looked for."""
 
 
+def unknown_names(names: list[str], allow_all: bool = True) -> str | None:
+  """The message for the names in `names` that are no benchmark (with the nearest known one), or None if all are
+  known. `allow_all`: whether the list of known names offers 'all' (`evaluate` expands it; training does not)."""
+  unknown = [n for n in names if n not in BENCHMARKS and not n.startswith(ZEROSHOT_PREFIX)]
+  if not unknown:
+    return None
+  near = {n: difflib.get_close_matches(n, list(BENCHMARKS), 1) for n in unknown}
+  hint = "; ".join(f"{n!r}: did you mean {m[0]!r}?" for n, m in near.items() if m)
+  return (f"unknown benchmark(s) {unknown}{' (' + hint + ')' if hint else ''}; known: "
+          f"{', '.join(sorted(BENCHMARKS))}, {ZEROSHOT_PREFIX}<dataset>{', all' if allow_all else ''}")
+
+
 def resolve(names: list[str], data_dir: str, image_dir: str) -> tuple[list[str], dict[str, str]]:
   """(benchmarks to run, {skipped: why}); 'all' expands to every benchmark whose files exist. Raises BenchmarkError
   for an unknown name (with the nearest known one), a `data_dir` that is not a folder, or an 'all' that finds none."""
-  unknown = [n for n in names if n not in BENCHMARKS and not n.startswith(ZEROSHOT_PREFIX)] if names != ["all"] else []
-  if unknown:
-    near = {n: difflib.get_close_matches(n, list(BENCHMARKS), 1) for n in unknown}
-    hint = "; ".join(f"{n!r}: did you mean {m[0]!r}?" for n, m in near.items() if m)
-    raise BenchmarkError(f"unknown benchmark(s) {unknown}{' (' + hint + ')' if hint else ''}; known: "
-                         f"{', '.join(sorted(BENCHMARKS))}, {ZEROSHOT_PREFIX}<dataset>, all")
+  problem = unknown_names(names) if names != ["all"] else None
+  if problem:
+    raise BenchmarkError(problem)
   if not os.path.isdir(data_dir):
     raise BenchmarkError(f"--data_dir {data_dir} is not a folder: give the folder that holds one folder per "
                          f"benchmark ({', '.join(sorted({b.needs.split('/')[0] for b in BENCHMARKS.values()}))})")

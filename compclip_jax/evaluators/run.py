@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from compclip_jax.data import synthetic
-from compclip_jax.evaluators import registry
+from compclip_jax.evaluators import registry, scorers
 from compclip_jax.evaluators.encoding import Encoder
 
 SOURCES = ("files", "synthetic")
@@ -27,9 +27,15 @@ def config_errors(e) -> list[str]:
     return [f"evals.source {e.source!r}: use one of {SOURCES}"]
   if not e.benchmarks:
     return []
+  errors = [f"evals.tie {e.tie!r}: use one of {scorers.TIES}"] if e.tie not in scorers.TIES else []
+  unknown = registry.unknown_names(list(e.benchmarks), allow_all=False)
+  errors += [f"evals.benchmarks: {unknown}"] if unknown else []
   if e.source == "synthetic":
-    return [] if e.synthetic_size > 0 else [f"evals.synthetic_size {e.synthetic_size}: need ≥ 1 benchmark scene"]
-  return [f"evals.{k} {e[k]!r} is not a directory" for k in ("data_dir", "image_dir") if not os.path.isdir(e[k])]
+    return errors + ([] if e.synthetic_size > 0 else
+                     [f"evals.synthetic_size {e.synthetic_size}: need ≥ 1 benchmark scene"])
+  return errors + [
+      f"evals.{k} {e[k]!r} is not a directory" for k in ("data_dir", "image_dir") if not os.path.isdir(e[k])
+  ]
 
 
 def benchmark_dirs(e, workdir: str, seed: int, process_index: int = 0,

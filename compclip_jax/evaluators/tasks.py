@@ -19,7 +19,7 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from compclip_jax.errors import UserError
+from compclip_jax.errors import InputError, UserError
 from compclip_jax.evaluators import scorers
 
 
@@ -97,7 +97,7 @@ def read_json(path: str):
     try:
       return json.load(f)
     except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not valid JSON ({e})") from None
+      raise InputError(f"{path}: not valid JSON ({e})") from None
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -110,7 +110,7 @@ def read_jsonl(path: str) -> list[dict]:
         try:
           rows.append(json.loads(line))
         except json.JSONDecodeError as e:
-          raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+          raise InputError(f"{path}:{n}: not valid JSON ({e})") from None
   return rows
 
 

@@ -11,6 +11,7 @@ Objects and relation are read from the controlled file names `<object>_<relation
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -29,6 +30,19 @@ def controlled_groups(path: str) -> tuple[str, str]:
   rel = next((p for p in parts[1:-1] if p in OPPOSITES), parts[1] if len(parts) > 2 else "")
   objects = "+".join(sorted(p for p in parts if p != rel))
   return f"{objects}|{OPPOSITES.get(rel, rel)}", objects
+
+
+def complete_groups(ok, keys: list, full: Counter, kind: str) -> dict:
+  """{kind: fraction of the groups all correct, kind_count: groups scored, kind_skipped: groups left out} over the
+  groups (`keys[row]`) that kept every row of the `full` sizes they had when loaded: a pair that lost its partner to
+  a skipped image is no pair any more (scored on its one row it would count as all correct when that one is)."""
+  present = Counter(keys)
+  kept = [i for i, k in enumerate(keys) if present[k] == full[k]]
+  scored = len({keys[i] for i in kept})
+  return {
+      kind: scorers.group_all(np.asarray(ok)[kept], [keys[i] for i in kept]), f"{kind}_count": scored,
+      f"{kind}_skipped": len(full) - scored
+  }
 
 
 def load_whatsup(data_dir: str, image_dir: str) -> Task:
@@ -53,16 +67,21 @@ def load_whatsup(data_dir: str, image_dir: str) -> Task:
   if not subsets:
     raise FileNotFoundError(f"no What'sUp subset files in {os.path.join(data_dir, 'whatsup')}")
 
+  # each pair's and set's size as loaded: a group that lost a row to a skipped image is left out of its score
+  sizes = {
+      name: (Counter(r[2] for r in rows if r[2] is not None), Counter(r[3] for r in rows if r[3] is not None))
+      for name, rows in subsets.items()
+  }
+
   def score(img, txt, tie):
     out = {}
     for name, rows in subsets.items():
       ok = np.array([scorers.argmax_correct((txt[o] @ img[i])[None], 0, tie)[0] for i, o, _, _ in rows])
-      pairs, sets = [r[2] for r in rows if r[2] is not None], [r[3] for r in rows if r[3] is not None]
       out[f"{name}/individual"] = float(ok.mean())
       out[f"{name}/count"] = len(rows)
-      if pairs:
-        out[f"{name}/pair"] = scorers.group_all(ok, pairs)
-        out[f"{name}/set"] = scorers.group_all(ok, sets)
+      for kind, col, full in (("pair", 2, sizes[name][0]), ("set", 3, sizes[name][1])):
+        if full:
+          out |= {f"{name}/{k}": v for k, v in complete_groups(ok, [r[col] for r in rows], full, kind).items()}
     out["mean/individual"] = scorers.mean(out[f"{n}/individual"] for n in subsets)
     return out
 

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from compclip_jax.errors import InputError
 from compclip_jax.evaluators import scorers
 from compclip_jax.evaluators.tasks import ImageRef, Index, Task
 
@@ -47,7 +48,7 @@ def load_zeroshot(data_dir: str, image_dir: str, dataset: str) -> Task:
   folders = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
   names = _lines(os.path.join(data_dir, dataset, "classnames.txt")) or [d.replace("_", " ") for d in folders]
   if len(names) != len(folders):
-    raise ValueError(f"{dataset}: {len(names)} class names for {len(folders)} class folders")
+    raise InputError(f"{dataset}: {len(names)} class names for {len(folders)} class folders")
   templates = _lines(os.path.join(data_dir, dataset, "templates.txt")) or list(OPENAI_IMAGENET_TEMPLATES)
   images, texts = Index(), Index()
   rows = []  # (image, class)

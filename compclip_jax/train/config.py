@@ -13,6 +13,7 @@ import logging
 
 import ml_collections
 
+from compclip_jax.data import records
 from compclip_jax.errors import UserError
 from compclip_jax.methods import base as methods_base
 from compclip_jax.methods.base import Method
@@ -57,7 +58,7 @@ def _data() -> dict:
       paraphrases="",
       splits=("train", "restval"),
       num_workers=0,
-      max_skip_fraction=0.05,
+      max_skip_fraction=records.MAX_SKIP_FRACTION,
       image_size=224,
       synthetic_size=0,
       synthetic_format="csv",

@@ -38,6 +38,10 @@ def _model_problems(m) -> list[str]:
     errors.append("model.init (a path load_clip reads) or model.random ('tiny' or an open_clip name) is required")
   if m.init and not os.path.exists(m.init):
     errors.append(f"model.init {m.init} does not exist")
+  elif m.init and os.path.exists(os.path.join(m.init, "run.json")):  # its config.json would pass for an HF model's
+    errors.append(
+        f"model.init {m.init} is a training workdir, not a checkpoint: pass {os.path.join(m.init, 'export', 'hf')} "
+        f"(its export) or write one with python -m compclip_jax.convert --src={m.init} --dst=DIR")
   elif m.init:
     try:  # the format from the file names alone: a folder that is no checkpoint is refused before anything is written
       loading.detect_format(m.init)

@@ -14,6 +14,8 @@ from typing import Mapping
 import ml_dtypes
 import numpy as np
 
+from compclip_jax.errors import InputError
+
 FORMATS = ("hf", "open_clip", "compclip")  # what save_clip writes (here: the CLIs name them without importing jax)
 
 _ST_DTYPES = {
@@ -74,7 +76,7 @@ def read_torch_pickle(path: str) -> dict[str, np.ndarray]:
   if isinstance(obj, Mapping) and "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
     obj = obj["state_dict"]
   if not isinstance(obj, Mapping):
-    raise ValueError(f"{path}: expected a state dict (or a dict with 'state_dict'), found {type(obj).__name__}")
+    raise InputError(f"{path}: expected a state dict (or a dict with 'state_dict'), found {type(obj).__name__}")
   return {
       k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in obj.items() if isinstance(v, torch.Tensor)
   }
@@ -86,7 +88,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
     return read_safetensors(path)
   if path.endswith(PICKLE_SUFFIXES):
     return read_torch_pickle(path)
-  raise ValueError(f"{path}: unknown weights file type; expected .safetensors, .bin, .pt or .pth")
+  raise InputError(f"{path}: unknown weights file type; expected .safetensors, .bin, .pt or .pth")
 
 
 def read_hf_weights(directory: str) -> dict[str, np.ndarray]:

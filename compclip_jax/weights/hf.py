@@ -5,6 +5,7 @@ import json
 import os
 
 import numpy as np
+from compclip_jax.errors import InputError
 from compclip_jax.models import clip_config
 from compclip_jax.models.t5 import T5Config
 from compclip_jax.weights import files, maps
@@ -22,7 +23,7 @@ def read_json(path: str) -> dict:
   except FileNotFoundError:
     raise FileNotFoundError(f"{path} not found: an HF model directory needs its config.json") from None
   except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not valid JSON ({e})") from None
+    raise InputError(f"{path} is not valid JSON ({e})") from None
 
 
 def read_clip_dir(directory: str) -> tuple[clip_config.CLIPConfig, maps.RawCheckpoint]:

@@ -20,6 +20,7 @@ from flax import nnx
 
 from compclip_jax.data.images import Preprocess
 from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, T5Tokenizer
+from compclip_jax.errors import InputError
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
 from compclip_jax.models.t5 import T5Config, T5Decoder
@@ -42,7 +43,7 @@ def detect_format(path: str) -> str:
       return "open_clip"
     if os.path.exists(os.path.join(path, "config.json")):
       return "hf"
-    raise ValueError(f"{path}: not a CLIP checkpoint directory (expected config.json + model.safetensors (HF), "
+    raise InputError(f"{path}: not a CLIP checkpoint directory (expected config.json + model.safetensors (HF), "
                      f"{COMPCLIP_META} (compclip) or {' / '.join(OPEN_CLIP_FILES)} (open_clip))")
   return "open_clip"
 

@@ -72,6 +72,19 @@ def test_evaluate_mistakes_are_one_line_and_write_nothing(tmp_path):
   assert not out.exists()
 
 
+def test_a_model_or_source_that_is_no_checkpoint_is_a_mistake_not_a_bug(tmp_path):
+  """A folder the user names that cannot be read as a checkpoint: one line, exit 2 (it was a ValueError: a "bug")."""
+  (tmp_path / "notes.txt").write_text("no weights here")
+  data_dir, image_dir = _sugarcrepe(tmp_path)
+  line = _one_line(
+      _run("evaluate", f"--model={tmp_path}", f"--output={tmp_path / 'out'}", f"--data_dir={data_dir}",
+           f"--image_dir={image_dir}", "--benchmark=sugarcrepe"))
+  assert "not a CLIP checkpoint directory" in line, line
+  line = _one_line(_run("convert", f"--src={tmp_path}", "--to=hf", f"--dst={tmp_path / 'dst'}"))
+  assert "not a CLIP checkpoint directory" in line, line
+  assert not (tmp_path / "dst").exists()
+
+
 def test_evaluate_skips_and_counts_an_unreadable_image_or_refuses_it_with_strict(tmp_path):
   from flax import nnx
   from compclip_jax.data.images import Preprocess
@@ -100,6 +113,29 @@ def test_evaluate_skips_and_counts_an_unreadable_image_or_refuses_it_with_strict
   rec = json.load(open([p for p in written if "swap_obj" in p][0]))
   assert rec["skipped_images"] == res["skipped_images"] and rec["metrics"]["skipped_images"] == 1
   assert rec["metrics"]["count"] == 2
+
+
+def test_strict_refuses_on_every_host_an_image_another_host_could_not_read(tmp_path, monkeypatch):
+  """Each host reads only its rows: with --strict the host that owns a bad row must not raise alone (the others
+  would wait for it at the next collective). Every host records, agrees (`_agreed`), then raises alike, naming the
+  first bad file: here a one-process run where `_agreed` reports row 1 from "another host"."""
+  from flax import nnx
+  from compclip_jax.data.images import Preprocess
+  from compclip_jax.data.tokenizers import CLIPTokenizer
+  from compclip_jax.evaluators import encoding
+  from compclip_jax.evaluators.tasks import ImageRef
+  from compclip_jax.models import clip_config
+  from compclip_jax.models.clip import CLIP
+  _, images = _sugarcrepe(tmp_path)
+  refs = [ImageRef(os.path.join(images, f"{k}.png")) for k in range(3)]
+  enc = encoding.Encoder(CLIP(clip_config.tiny(), rngs=nnx.Rngs(0)), CLIPTokenizer.default(), Preprocess(32),
+                         batch_size=8, progress=False)
+  monkeypatch.setattr(encoding, "_agreed", lambda found, n: {**found, 1: "unreadable (found by another host)"})
+  with pytest.raises(UserError, match=f"image {refs[1].path}: unreadable \\(found by another host\\)"):
+    enc.images(refs, bad={}, strict=True)
+  bad = {}
+  enc.images(refs, bad=bad)  # without strict: skipped and counted, on every host alike
+  assert bad == {1: "unreadable (found by another host)"}
 
 
 # ---------------------------------------------------------------------------------------------------- convert
@@ -161,7 +197,12 @@ def test_prepare_mistakes_are_one_line_and_write_nothing(tmp_path):
   assert "1 of 2 rows (50.0%) cannot be used" in line and "--max_skip_fraction" in line and "few.csv:1" in line
   line = _one_line(_run("prepare", f"--csv={tmp_path / 'rows.csv'}", f"--image_root={tmp_path}", f"--out={out}"))
   assert line == f"error: --csv {tmp_path / 'rows.csv'} is not a file"
+  few = [f"--csv={tmp_path / 'few.csv'}", f"--image_root={tmp_path / 'images'}", f"--out={out}"]
+  line = _one_line(_run("prepare", *few, "--max_skip_fraction=1.5"))
+  assert line == "error: --max_skip_fraction 1.5: give a fraction in [0, 1]", line
   assert not out.exists()
+  done = _run("prepare", *few, "--max_skip_fraction=1")  # 1 is a fraction, as data.max_skip_fraction=1 is
+  assert done.returncode == 0 and "give a fraction" not in done.stderr, done.stderr[-3000:]
 
 
 def test_prepare_refuses_more_skipped_rows_than_training_accepts(tmp_path):
@@ -183,6 +224,16 @@ def test_prepare_refuses_more_skipped_rows_than_training_accepts(tmp_path):
     PreparedSource(str(out))
   meta = prepare(src, str(out), image_size=32, progress=False, max_skip_fraction=0.278)
   assert meta["records"] == 13 and len(PreparedSource(str(out))) == 13
+
+
+def test_one_skip_limit_and_one_skip_summary(monkeypatch):
+  """data.max_skip_fraction's default is records.MAX_SKIP_FRACTION itself (no second literal), and prepare words its
+  skip counts as training does (records.counts)."""
+  from compclip_jax.data import prepare, records
+  from compclip_jax.train import config as config_lib
+  monkeypatch.setattr(records, "MAX_SKIP_FRACTION", 0.125)
+  assert config_lib._data()["max_skip_fraction"] == 0.125  # pylint: disable=protected-access
+  assert prepare.counts is records.counts and records.counts(["b", "a", "b"]) == "b 2, a 1"
 
 
 def test_help_exits_0():

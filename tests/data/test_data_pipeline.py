@@ -74,6 +74,11 @@ def test_prepared_rejects_name_their_row_once(prepared):
   rejected, _, _ = prepared[0].read_rejects()
   assert {r.reason for r in rejected} >= {"non_utf8", "too_few_sentences", "missing_image"}
   assert not [str(r) for r in rejected if str(r).startswith(f"{r.where}: {r.where}")]
+  # on the file itself (PreparedSource strips a doubled prefix when reading it back): a read-time reject's detail
+  # says what is wrong, its id says where
+  skipped = [json.loads(line) for line in (prepared[2] / "skipped.jsonl").read_text().splitlines()]
+  read_time = [s for s in skipped if s["reason"] in ("non_utf8", "too_few_sentences")]
+  assert read_time and not [s for s in read_time if s["detail"].startswith(s["id"])], read_time
 
 
 def test_prepared_format_round_trips(clic, prepared, tagger):

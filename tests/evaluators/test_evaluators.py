@@ -307,3 +307,31 @@ def test_output_folder_is_what_clip_benchmark_build_reads(tmp_path):
   assert rows["sugar_crepe/add_att"]["model_fullname"] == "ViT-B-32 /ckpts/my run/step_100"
   assert json.loads(
       (tmp_path / "out" / "skipped.jsonl").read_text()) == {"benchmark": "valse", "reason": "valse not found"}
+
+
+def test_whatsup_pairs_and_sets_that_lost_an_image_are_left_out(tmp_path):
+  """Hand-computed: mug left ✓, mug right (skipped), mug on ✓, mug under ✗, cup left ✓, cup right ✓. Scored on the
+  rows left, the mug's left/right pair would count as all correct on its one row (pair 2/3, set 1/2); left out, the
+  pairs are mug on/under ✗ and cup left/right ✓ (1/2) and the one set is the cup's (1/1)."""
+  (tmp_path / "whatsup").mkdir()
+  stems = ["mug_left_table", "mug_right_table", "mug_on_table", "mug_under_table", "cup_left_box", "cup_right_box"]
+  right = {
+      "mug_left_table": True, "mug_right_table": False, "mug_on_table": True, "mug_under_table": False,
+      "cup_left_box": True, "cup_right_box": True
+  }
+  ctrl = [{"image_path": f"data/{s}.jpeg", "caption_options": [f"{s} {k}" for k in range(4)]} for s in stems]
+  (tmp_path / "whatsup" / "controlled_images_dataset.json").write_text(json.dumps(ctrl))
+  task = registry.load("whatsup", str(tmp_path), str(tmp_path))
+  row = {os.path.splitext(os.path.basename(r.path))[0]: i for i, r in enumerate(task.images.items)}
+  img = np.eye(len(task.images))  # image row i is e_i
+  txt = np.zeros((len(task.texts), len(stems)))
+  for t, caption in enumerate(task.texts.items):
+    stem, k = caption.rsplit(" ", 1)
+    # the true caption (option 0) scores 1; the others 0.5 where the row is to be right, 2 where wrong
+    txt[t, row[stem]] = 1.0 if k == "0" else (0.5 if right[stem] else 2.0)
+  assert task.skip_images({row["mug_right_table"]: "cannot be read"}) == 1
+  m = task.score(img, txt, "strict")
+  assert m["controlled_images_dataset/individual"] == pytest.approx(0.8) and m["controlled_images_dataset/count"] == 5
+  c = "controlled_images_dataset"
+  assert (m[f"{c}/pair"], m[f"{c}/set"]) == (0.5, 1.0), m  # not (2/3, 1/2)
+  assert (m[f"{c}/pair_count"], m[f"{c}/pair_skipped"], m[f"{c}/set_count"], m[f"{c}/set_skipped"]) == (2, 1, 1, 1)
