@@ -90,7 +90,8 @@ def _cell(s: dict) -> str:
 
 def _gathers(s: dict) -> str:
   c = s.get("collectives", {})
-  return ", ".join(f"{k} {v['count']} / {v['bytes'] / 1e9:.2f} GB" for k, v in sorted(c.items())) or "none"
+  size = lambda b: f"{b / 1e9:.2f} GB" if b >= 1e7 else f"{b / 1e6:.1f} MB"
+  return ", ".join(f"{k} {v['count']} / {size(v['bytes'])}" for k, v in sorted(c.items())) or "none"
 
 
 def _load(case: str) -> dict | None:
