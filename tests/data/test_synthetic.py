@@ -198,7 +198,7 @@ def test_make_source_reads_the_config(tmp_path):
 
 def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
   e = ml_collections.ConfigDict(
-      dict(source="synthetic", benchmarks=("sugarcrepe",), data_dir="", image_dir="", synthetic_size=12))
+      dict(source="synthetic", benchmarks=("sugarcrepe",), data_dir="", image_dir="", synthetic_size=12, tie="strict"))
   assert evaluation.config_errors(e) == []
   met = []
   data_dir, image_dir = evaluation.benchmark_dirs(e, str(tmp_path), seed=3, barrier=met.append)
@@ -217,7 +217,7 @@ def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
     evaluation.benchmark_dirs(e, str(tmp_path), seed=3)
   files_cfg = ml_collections.ConfigDict(
       dict(source="files", benchmarks=("sugarcrepe",), data_dir=str(tmp_path / "no"), image_dir=image_dir,
-           synthetic_size=0))
+           synthetic_size=0, tie="strict"))
   assert evaluation.config_errors(files_cfg) == [f"evals.data_dir {str(tmp_path / 'no')!r} is not a directory"]
 
 
