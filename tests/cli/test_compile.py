@@ -94,7 +94,6 @@ def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
     assert r.temp_bytes > 0 or name.startswith("eval_"), name  # a tiny encoder may fuse into no temporaries (v4)
     assert "all-gather" in r.collectives  # FSDP gathers the sharded parameters
   assert reports["clic_read"].batch == len(devices) and reports["eval_text"].batch == c.evals.batch_size
-  assert set(aot.compile_steps(c, devices, only=("clic_clip", "eval_image"))) == {"clic_clip", "eval_image"}
 
 
 @needs_libtpu
@@ -114,13 +113,15 @@ def _cli(*args):
 
 @needs_libtpu
 def test_the_command_prints_a_row_per_step_and_writes_json(tmp_path):
-  out = _cli("--config=configs/clic.py:runlocal", "--topology=v5e-4", f"--output={tmp_path / 'c.json'}")
+  """--only: the programs named, no others (every program of a config: the in-process test above)."""
+  out = _cli("--config=configs/clic.py:runlocal", "--topology=v5e-4", "--only=clic_clip,eval_text",
+             f"--output={tmp_path / 'c.json'}")
   assert out.returncode == 0, out.stderr[-2000:]
-  rows = [l for l in out.stdout.splitlines() if l.startswith("| clic")]
-  assert len(rows) == 2 and all("| yes (" in r for r in rows)
+  rows = [l for l in out.stdout.splitlines() if l.startswith("| clic_clip") or l.startswith("| eval_text")]
+  assert len(rows) == 2 and all("| yes (" in r for r in rows), out.stdout
   got = json.loads((tmp_path / "c.json").read_text())
   assert got["topology"] == "v5e:2x2" and got["chips"] == 4
-  assert set(got["steps"]) == {"clic", "clic_clip", "eval_text", "eval_image"}
+  assert set(got["steps"]) == {"clic_clip", "eval_text"}
   for s in got["steps"].values():
     assert s["fits"] and 0 < s["hbm_bytes_per_chip"] < s["hbm_capacity_bytes"] and s["flops_per_chip"] > 0
 
@@ -138,7 +139,8 @@ def test_mistakes_are_one_line(tmp_path):
 
 
 def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool = False) -> int:
-  """Temporaries of the text tower's gradient (4 blocks, width 64, 512 captions × 77 tokens) compiled by XLA:TPU
+  """Temporaries of the text tower's gradient (4 blocks, width 64, 128 captions × 77 tokens:
+  enough for the policies to differ — 5.8 < 20.1 < 39.5 MB — in ~20 s a compile; 512 captions took ~45 s each) compiled by XLA:TPU
   for one compile-only device."""
   import dataclasses
   import jax.numpy as jnp
@@ -156,7 +158,7 @@ def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool 
   def loss(p, rest, ids):
     return jnp.sum(nnx.merge(gd, p, rest).encode_text(ids, normalize=True))
 
-  ids = jax.ShapeDtypeStruct((512, 77), np.int32, sharding=sh)
+  ids = jax.ShapeDtypeStruct((128, 77), np.int32, sharding=sh)
   compiled = jax.jit(jax.grad(loss)).lower(jax.tree.map(spec, p), jax.tree.map(spec, rest), ids).compile()
   return compiled.memory_analysis().temp_size_in_bytes
 
@@ -165,7 +167,7 @@ def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool 
 def test_remat_halves_the_text_towers_temporaries_on_tpu():
   """model.remat_text: XLA:TPU's own buffer assignment keeps at most half the temporaries (full: the blocks' inputs
   only), and the policies order as documented (models/clip.py): full < dots_no_batch < none. (dots_saveable, which
-  also keeps the attention scores, measured 1 % above none here: documented, not compiled in CI.)"""
+  also keeps the attention scores, measured above none here: docs/tpu.md, not compiled in CI.)"""
   device = tpu.compile_only_devices("v5e:2x2")[0]
   none = _text_grad_temp_bytes(device, remat=False)
   full = _text_grad_temp_bytes(device, remat=True, policy="full")
