@@ -139,9 +139,9 @@ def test_mistakes_are_one_line(tmp_path):
 
 
 def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool = False) -> int:
-  """Temporaries of the text tower's gradient (4 blocks, width 64, 128 captions × 77 tokens:
-  enough for the policies to differ — 5.8 < 20.1 < 39.5 MB — in ~20 s a compile; 512 captions took ~45 s each) compiled by XLA:TPU
-  for one compile-only device."""
+  """Temporaries of the text tower's gradient (4 blocks, width 64, 128 captions × 77 tokens) compiled by XLA:TPU for
+  one compile-only device. 128 captions: enough for the policies to differ (5.8 < 20.1 < 39.5 MB) in ~20 s a compile;
+  512 took ~45 s each."""
   import dataclasses
   import jax.numpy as jnp
   import numpy as np
