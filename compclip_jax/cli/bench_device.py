@@ -107,7 +107,7 @@ def step_of(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool, 
   """(jitted step of p.kind, its state.State): built by train/state.py exactly as training builds them."""
   c = point_config(p, compute_dtype, frozen_dtype, attention, remat)
   method = methods.get(c.method)
-  model = state.build_model(c, method)
+  model = state.build_model(c, method, shapes_only=abstract)
   st = state.build_state(c, model, mesh, 1000, abstract=abstract)
   return state.jit_steps(c, method, model, st, mesh)[p.kind], st
 

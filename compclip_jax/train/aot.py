@@ -133,7 +133,7 @@ def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True,
   method = methods.get(c.method)
   _check_only(only, [k.name for k in method.step_kinds(c)] + (list(ENCODERS) if encoders else []))
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp, devices)
-  model = state.build_model(c, method)
+  model = state.build_model(c, method, shapes_only=True)  # no weights read, nothing random drawn
   st = state.build_state(c, model, mesh, max(1, c.total_steps or 1000), abstract=True)
   fns = state.jit_steps(c, method, model, st, mesh)
   size, batch_sh = model.clip_cfg.vision.image_size, sharding.batch_sharding(mesh)

@@ -29,7 +29,9 @@ from compclip_jax.weights import loading, params
 class Model:
   """What training needs to know about the model it builds."""
   abstract: nnx.Module
-  flat: dict  # initial parameters (numpy, stored dtype): the frozen ones are exported from here, bit for bit
+  # initial parameters (numpy, stored dtype): the frozen ones are exported from here, bit for bit; ShapeDtypeStructs
+  # where built `shapes_only`
+  flat: dict
   clip_cfg: clip_config.CLIPConfig
   tokenizer: CLIPTokenizer
   t5_tokenizer: T5Tokenizer | None
@@ -59,25 +61,33 @@ def _random_clip_config(c: ml_collections.ConfigDict) -> clip_config.CLIPConfig:
   return cfg
 
 
-def build_model(c: ml_collections.ConfigDict, method: Method) -> Model:
-  """CLIP from model.init (or random: model.random), around it the method's model (`Method.extend_model`)."""
+def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool = False) -> Model:
+  """CLIP from model.init (or random: model.random), around it the method's model (`Method.extend_model`).
+
+  `shapes_only`: no parameter values at all — the checkpoints' configs and tokenizers are read, never their weights,
+  and nothing random is drawn; `Model.flat` holds ShapeDtypeStructs. What a compile check needs (`build_state(…,
+  abstract=True)`): a ViT-L/14 + T5-large build costs no host memory and no minutes of random init.
+  """
   make_clip = clip_factory(c)
-  if c.model.init:
-    abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
+  abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
+  if c.model.init and shapes_only:
+    cfg, tok, pre = loading.load_clip_meta(c.model.init, c.model.model_name or None, c.model.activation or None)
+    flat = params.param_structs(abstract_clip(cfg))
+  elif c.model.init:
     cfg, flat, tok, pre, _ = loading.load_clip_params(c.model.init, c.model.model_name or None, c.model.activation or
                                                       None, abstract_clip)
-    if tok is None:
-      raise UserError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
-    mean, std = pre.mean, pre.std
   else:
     cfg = _random_clip_config(c)
-    flat = params.flat_params(make_clip(cfg))
-    tok, mean, std = CLIPTokenizer.default(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD
+    flat = params.param_structs(abstract_clip(cfg)) if shapes_only else params.flat_params(make_clip(cfg))
+    tok, pre = CLIPTokenizer.default(), Preprocess(cfg.vision.image_size, clip_config.OPENAI_MEAN,
+                                                   clip_config.OPENAI_STD)
+  if tok is None:
+    raise UserError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
   tok = tok.with_cleaning(c.data.clean_text)  # METHODS §1.2 step 7: open_clip's ftfy / html cleaning
   if method.extend_model is None:
-    return Model(params.abstract(lambda: make_clip(cfg)), flat, cfg, tok, None, mean, std)
-  ext = method.extend_model(c, cfg, flat, make_clip)
-  return Model(ext.abstract, ext.flat, cfg, tok, ext.t5_tokenizer, mean, std, ext.export_info)
+    return Model(abstract_clip(cfg), flat, cfg, tok, None, pre.mean, pre.std)
+  ext = method.extend_model(c, cfg, flat, make_clip, shapes_only=shapes_only)
+  return Model(ext.abstract, ext.flat, cfg, tok, ext.t5_tokenizer, pre.mean, pre.std, ext.export_info)
 
 
 @dataclasses.dataclass
@@ -101,9 +111,12 @@ def split_parameters(c: ml_collections.ConfigDict, model: Model):
   trainable_paths = [p for p, g in groups.items() if g == "trainable"]
   decay = optim.assign(trainable_paths, {"decay": c.optim.decay, "no_decay": c.optim.no_decay})
   is_trainable = lambda path, _: groups.get(".".join(map(str, path))) == "trainable"
-  graphdef, trainable, frozen = nnx.split(params.fill(model.abstract, model.flat), is_trainable, ...)
+  shapes_only = all(isinstance(v, jax.ShapeDtypeStruct) for v in model.flat.values())
+  filled = model.abstract if shapes_only else params.fill(model.abstract, model.flat)
+  graphdef, trainable, frozen = nnx.split(filled, is_trainable, ...)
   frozen_dtype = jnp.dtype(c.model.frozen_dtype)
-  frozen = jax.tree.map(lambda x: x.astype(frozen_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, frozen)
+  cast = lambda x: (jax.ShapeDtypeStruct(x.shape, frozen_dtype) if shapes_only else x.astype(frozen_dtype))
+  frozen = jax.tree.map(lambda x: cast(x) if jnp.issubdtype(x.dtype, jnp.floating) else x, frozen)
   return graphdef, trainable, frozen, decay
 
 
@@ -116,6 +129,8 @@ def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.M
   """Parameter rules, optimiser and shardings; the state on the devices, or (`abstract`) only its shapes and
   shardings. Optimiser moments get their parameter's sharding (the size rule depends on the shape only)."""
   graphdef, trainable, frozen, decay = split_parameters(c, model)
+  if not abstract and any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(trainable)):
+    raise ValueError("a model built shapes_only has no values: build_state(…, abstract=True) only")
   logging.info("parameters: %s trainable, %s frozen (%s)", f"{sum(x.size for x in jax.tree.leaves(trainable)):,}",
                f"{sum(x.size for x in jax.tree.leaves(frozen)):,}", c.model.frozen_dtype)
   schedule = optim.make_schedule(c.optim.schedule, total_steps, c.optim)

@@ -125,6 +125,22 @@ def load_clip_params(path: str, model_name: str | None = None, activation: str |
   return cfg, flat, _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size), abstract
 
 
+def load_clip_meta(path: str, model_name: str | None = None,
+                   activation: str | None = None) -> tuple[clip_config.CLIPConfig, CLIPTokenizer | None, Preprocess]:
+  """(config, tokenizer, preprocess) of a checkpoint without reading its weights: an HF or compclip directory's
+  config file alone. An open_clip state dict records no config of its own, so its architecture is read as
+  `read_checkpoint` reads it (the tensors' shapes; a .safetensors file's header, memory-mapped)."""
+  fmt = detect_format(path)
+  if fmt == "hf":
+    cfg = clip_config.from_hf_dict(hf.read_json(os.path.join(path, "config.json")))
+  elif fmt == "compclip":
+    cfg = _config_from_dict(hf.read_json(os.path.join(path, COMPCLIP_META))["clip"])
+  else:
+    cfg = read_checkpoint(path, model_name, activation)[1]
+  directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  return cfg, _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+
+
 def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
               text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
               remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer | None, Preprocess]:
@@ -222,6 +238,13 @@ def load_t5_decoder_params(directory: str, dtypes: DTypes = DTypes(),
   flat = raw.to_ours(params.shapes(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)))))
   spiece = tokenizer or os.path.join(directory, "spiece.model")
   return cfg, flat, (T5Tokenizer(spiece) if tokenizer or os.path.exists(spiece) else None)
+
+
+def load_t5_decoder_meta(directory: str, tokenizer: str | None = None) -> tuple[T5Config, T5Tokenizer | None]:
+  """(config, tokenizer) of an HF T5 v1.1 directory without reading its weights (`load_t5_decoder_params`)."""
+  cfg = T5Config.from_hf_dict(hf.read_json(os.path.join(directory, "config.json")))
+  spiece = tokenizer or os.path.join(directory, "spiece.model")
+  return cfg, (T5Tokenizer(spiece) if tokenizer or os.path.exists(spiece) else None)
 
 
 def load_t5_decoder(directory: str, dtypes: DTypes = DTypes(),

@@ -50,6 +50,12 @@ def shapes(model: nnx.Module) -> dict[str, tuple[int, ...]]:
   return {p: tuple(v.get_value().shape) for p, v in variables(model) if issubclass(type(v), nnx.Param)}
 
 
+def param_structs(model: nnx.Module) -> dict[str, jax.ShapeDtypeStruct]:
+  """{path: ShapeDtypeStruct} of every nnx.Param of an abstract model (`abstract`): its parameters' shapes and
+  dtypes, what a compile check builds its state from without any values."""
+  return {p: v.get_value() for p, v in variables(model) if issubclass(type(v), nnx.Param)}
+
+
 def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
   """{path: numpy array} of every nnx.Param (host copies, in the stored dtype)."""
   state = nnx.state(model, nnx.Param)

@@ -59,36 +59,44 @@ class READModel(nnx.Module):
     return self.decoder(decoder_input_ids, self.proj(pooled)[:, None, :], dropout_rng)
 
 
-def _decoder(c: ml_collections.ConfigDict, dt: DTypes) -> tuple[T5Config, dict, T5Tokenizer]:
-  """(config, flat parameters, tokenizer) of the frozen decoder: read.t5.init's checkpoint, or a random one."""
+def _decoder(c: ml_collections.ConfigDict, dt: DTypes, shapes_only: bool) -> tuple[T5Config, dict | None, T5Tokenizer]:
+  """(config, flat parameters, tokenizer) of the frozen decoder: read.t5.init's checkpoint, or a random one;
+  `shapes_only`: no parameters (None), the checkpoint's config alone is read."""
   t5 = c.read.t5
   if t5.init:
-    cfg, flat, tok = loading.load_t5_decoder_params(t5.init, dt, t5.tokenizer or None)
+    if shapes_only:
+      (cfg, tok), flat = loading.load_t5_decoder_meta(t5.init, t5.tokenizer or None), None
+    else:
+      cfg, flat, tok = loading.load_t5_decoder_params(t5.init, dt, t5.tokenizer or None)
     if tok is None:
       raise UserError(f"{t5.init} has no spiece.model: copy the checkpoint's tokenizer there or set read.t5.tokenizer")
   else:  # read.t5.random: a tiny random decoder; its tokenizer is data-independent (default: the bundled model)
     tok = T5Tokenizer(t5.tokenizer or assets.SYNTHETIC_T5_SPIECE)
     cfg = T5Config.v1_1(t5.random_d_model, t5.random_layers, max(int(tok.sp.get_piece_size()), t5.random_vocab))
-    flat = params.flat_params(T5Decoder(cfg, dt, rngs=nnx.Rngs(c.seed + 1)))
+    flat = None if shapes_only else params.flat_params(T5Decoder(cfg, dt, rngs=nnx.Rngs(c.seed + 1)))
   if tok.sp.get_piece_size() > cfg.vocab_size:
     raise UserError(f"the T5 tokenizer has {tok.sp.get_piece_size()} pieces but the decoder's vocabulary is "
                     f"{cfg.vocab_size}: read.t5.init's spiece.model and config.json do not belong together")
   return cfg, flat, tok
 
 
-def extend_model(c: ml_collections.ConfigDict, clip_cfg, clip_flat: dict, make_clip) -> Extension:
+def extend_model(c: ml_collections.ConfigDict, clip_cfg, clip_flat: dict, make_clip,
+                 shapes_only: bool = False) -> Extension:
   """CLIP + W + the frozen T5 v1.1 decoder (`Method.extend_model`): parameters `clip.*`, `proj.kernel`, `decoder.*`.
   The decoder computes in `model.compute_dtype`; `model.remat_text` / `remat_policy` rematerialise its blocks too
-  (the text side: the decoder's backward pass carries the reconstruction loss's gradient to W and CLIP)."""
+  (the text side: the decoder's backward pass carries the reconstruction loss's gradient to W and CLIP).
+  `shapes_only` (train/state.build_model): `flat` holds the parameters' ShapeDtypeStructs, nothing read or drawn."""
   dt = DTypes(compute=c.model.compute_dtype)
-  t5_cfg, t5_flat, t5_tok = _decoder(c, dt)
+  t5_cfg, t5_flat, t5_tok = _decoder(c, dt, shapes_only)
+  abstract = params.abstract(
+      lambda: READModel(make_clip(clip_cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention,
+                        t5_remat=c.model.remat_text, t5_remat_policy=c.model.remat_policy))
+  if shapes_only:
+    return Extension(abstract, params.param_structs(abstract), t5_tok, t5_cfg)
   # drawn as [in, out], as every kernel initialiser is called; stored [out, in] (models/layers.py)
   w = proj_init(c.read.proj_init)(jax.random.PRNGKey(c.seed + 2), (clip_cfg.text.width, t5_cfg.d_model))
   flat = {
       **{f"clip.{k}": v for k, v in clip_flat.items()},
       **{f"decoder.{k}": v for k, v in t5_flat.items()}, "proj.kernel": np.asarray(w).T
   }
-  abstract = params.abstract(
-      lambda: READModel(make_clip(clip_cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention,
-                        t5_remat=c.model.remat_text, t5_remat_policy=c.model.remat_policy))
   return Extension(abstract, flat, t5_tok, t5_cfg)

@@ -1,0 +1,65 @@
+"""train/state.py's shapes-only build (what the TPU compile check uses): the same abstract state as the build from
+real values — shapes, dtypes, shardings, trainable / frozen split — with no checkpoint weights read and nothing
+random drawn."""
+import jax
+import pytest
+
+from compclip_jax import methods
+from compclip_jax.train import sharding, state
+from configs import clic, clic_read
+
+
+def _abstract_state(c, shapes_only):
+  model = state.build_model(c, methods.get(c.method), shapes_only=shapes_only)
+  mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp, jax.devices()[:4])
+  st = state.build_state(c, model, mesh, 10, abstract=True)
+  leaves = lambda t: [(jax.tree_util.keystr(p), x.shape, x.dtype, x.sharding)
+                      for p, x in jax.tree_util.tree_flatten_with_path(t)[0]]
+  return model, st, leaves(st.state) + leaves(st.frozen)
+
+
+@pytest.mark.parametrize("module", [clic, clic_read], ids=["clic", "clic_read"])
+def test_shapes_only_is_the_abstract_state_of_the_real_build(module):
+  """Random CLIP (and, for clic_read, READ's random decoder + W): one build draws every parameter, the other none;
+  the abstract states agree leaf for leaf (FSDP over 4 devices, so the shardings depend on the shapes)."""
+  c = module.get_config("runlocal")
+  c.mesh.data, c.mesh.fsdp, c.mesh.min_fsdp_size = 1, -1, 0
+  c.model.frozen_dtype = "bfloat16"  # the frozen tower cast, as the paper configs do
+  real_model, real, real_leaves = _abstract_state(c, shapes_only=False)
+  model, st, leaves = _abstract_state(c, shapes_only=True)
+  assert all(isinstance(v, jax.ShapeDtypeStruct) for v in model.flat.values())
+  assert sorted(model.flat) == sorted(real_model.flat) and st.trainable_paths == real.trainable_paths
+  assert leaves == real_leaves and len(leaves) > 10
+  assert model.clip_cfg == real_model.clip_cfg and model.preprocess_mean == real_model.preprocess_mean
+
+
+def _checkpoints_without_weights(tmp_path):
+  """An HF CLIP and an HF T5 v1.1 directory whose weight files hold no tensors: only their configs can be read."""
+  import sentencepiece as spm
+  import transformers
+  from tests import hf_fixtures as fx
+  fx.random_hf_clip(fx.hf_clip_config()).save_pretrained(tmp_path / "clip")
+  t5_dir = tmp_path / "t5"
+  t5_dir.mkdir()
+  corpus = [f"a {c} {s} left of a {d}" for c in ("red", "blue", "green") for s in ("square", "disc") for d in "xyz"]
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(t5_dir / "spiece"), vocab_size=30,
+                                 hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+  transformers.T5ForConditionalGeneration(
+      transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_decoder_layers=2,
+                            num_heads=4, feed_forward_proj="gated-gelu",
+                            tie_word_embeddings=False)).save_pretrained(t5_dir)
+  for d in (tmp_path / "clip", t5_dir):
+    (d / "model.safetensors").write_bytes(b"")
+  return tmp_path / "clip", t5_dir
+
+
+def test_shapes_only_reads_the_checkpoints_configs_not_their_weights(tmp_path):
+  clip_dir, t5_dir = _checkpoints_without_weights(tmp_path)
+  c = clic_read.get_config("runlocal")
+  c.model.random, c.model.init, c.read.t5.init = "", str(clip_dir), str(t5_dir)
+  with pytest.raises(Exception):  # training needs the weights: an empty file is refused
+    state.build_model(c, methods.get(c.method))
+  model, st, _ = _abstract_state(c, shapes_only=True)
+  assert model.clip_cfg.text.width == 64 and model.export_info.d_model == 32  # hf_clip_config's and the T5's
+  assert model.flat["decoder.lm_head.kernel"].shape == (64, 32)
+  assert any(p.startswith("proj.") for p in st.trainable_paths)
