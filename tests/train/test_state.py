@@ -45,9 +45,8 @@ def _checkpoints_without_weights(tmp_path):
   spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(t5_dir / "spiece"), vocab_size=30,
                                  hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
   transformers.T5ForConditionalGeneration(
-      transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_decoder_layers=2,
-                            num_heads=4, feed_forward_proj="gated-gelu",
-                            tie_word_embeddings=False)).save_pretrained(t5_dir)
+      transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_decoder_layers=2, num_heads=4,
+                            feed_forward_proj="gated-gelu", tie_word_embeddings=False)).save_pretrained(t5_dir)
   for d in (tmp_path / "clip", t5_dir):
     (d / "model.safetensors").write_bytes(b"")
   return tmp_path / "clip", t5_dir
