@@ -23,18 +23,15 @@ L14 = ("--config.model.random=ViT-L-14-quickgelu",)
 T5L = ("--config.read.t5.random=True", "--config.read.t5.random_d_model=1024", "--config.read.t5.random_layers=24",
        "--config.read.t5.random_vocab=32128")
 
-# case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise
+# case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table:
+# the four methods at their paper batches with ViT-B/32 on every single-host slice, and CLIC with ViT-L/14 (the
+# paper's larger model) on those and v5e-16.
+B32_SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8")
+L14_SLICES = ("v5e-16", "v4-8", "v5e-8", "v5p-8", "v6e-8")
 CASES = {
-    "clic_b32_v5e-8": ("paper", "clic", "ViT-B/32", "v5e-8", 1, B32),
-    "clic_read_b32_v5e-8": ("paper", "clic_read", "ViT-B/32", "v5e-8", 1, B32 + T5L),
-    "read_b32_v5e-8": ("paper", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L),
-    "negclip_b32_v5e-8": ("paper", "negclip", "ViT-B/32", "v5e-8", 1, B32),
-    "clic_l14_v5e-16": ("paper", "clic", "ViT-L/14", "v5e-16", 1, L14),
-    "clic_l14_v4-8": ("paper", "clic", "ViT-L/14", "v4-8", 1, L14),
-    "clic_b32_v4-8": ("paper", "clic", "ViT-B/32", "v4-8", 1, B32),
-    "read_b32_v4-8": ("paper", "read", "ViT-B/32", "v4-8", 1, B32 + T5L),
-    "clic_b32_v6e-8": ("paper", "clic", "ViT-B/32", "v6e-8", 1, B32),
-    "clic_b32_v5p-8": ("paper", "clic", "ViT-B/32", "v5p-8", 1, B32),
+    **{f"{m}_b32_{t}": ("paper", m, "ViT-B/32", t, 1, B32 + (T5L if "read" in m else ()))
+       for m in ("clic", "clic_read", "read", "negclip") for t in B32_SLICES},
+    **{f"clic_l14_{t}": ("paper", "clic", "ViT-L/14", t, 1, L14) for t in L14_SLICES},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
     "pod_clic_b32_v5e-16": ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + ("--config.batch_size=1600", "--only=clic")),
