@@ -78,6 +78,7 @@ def _tiny(module, **kw):
   return c
 
 
+@pytest.mark.slow  # a TPU compile takes 10–45 s on 2 cores
 @needs_libtpu
 @pytest.mark.parametrize("topology", ["v5e:2x2", "v4:2x2x2"])
 def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
@@ -96,6 +97,7 @@ def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
   assert reports["clic_read"].batch == len(devices) and reports["eval_text"].batch == c.evals.batch_size
 
 
+@pytest.mark.slow  # a TPU compile takes 10–45 s on 2 cores
 @needs_libtpu
 def test_tpu_and_cpu_compilers_count_the_same_flops():
   """The same step (NegCLIP, data-parallel) for 4 TPU v5e chips and for 4 of this host's CPU devices: the programs
@@ -111,6 +113,7 @@ def _cli(*args):
                         capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # a TPU compile takes 10–45 s on 2 cores
 @needs_libtpu
 def test_the_command_prints_a_row_per_step_and_writes_json(tmp_path):
   """--only: the programs named, no others (every program of a config: the in-process test above)."""
@@ -163,6 +166,7 @@ def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool 
   return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow  # a TPU compile takes 10–45 s on 2 cores
 @needs_libtpu
 def test_remat_halves_the_text_towers_temporaries_on_tpu():
   """model.remat_text: XLA:TPU's own buffer assignment keeps at most half the temporaries (full: the blocks' inputs
