@@ -4,12 +4,14 @@ in the doc comes from a file the compiler wrote (tests/cli/test_tpu_table.py che
 
   python tools/tpu_table.py measure [CASE ...]   # compile (one case at a time; minutes each on 2 cores)
   python tools/tpu_table.py render               # the tables, as docs/tpu.md holds them
+  python tools/tpu_table.py write                # docs/tpu.md: its tables and its list of cases not measured yet
   python tools/tpu_table.py list                 # the cases and their commands
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -146,8 +148,30 @@ def render() -> str:
   return f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n"
 
 
+DOC = os.path.join(ROOT, "docs", "tpu.md")
+NOT_MEASURED = re.compile(r"(<!-- not measured -->).*?(<!-- /not measured -->)", re.S)
+
+
+def not_measured() -> list[str]:
+  return [c for c in CASES if not os.path.exists(os.path.join(MEASURED, f"{c}.json"))]
+
+
+def write_doc(path: str = DOC) -> None:
+  """Replaces docs/tpu.md's two tables (each from its header row to the blank line after it) with `render`'s and
+  its list between the `not measured` marks with the cases that have no JSON."""
+  with open(path) as f:
+    doc = f.read()
+  for header, table in (("| method, model |", render_paper()), ("| slice | slices |", render_pod())):
+    i = doc.index(header)
+    doc = doc[:i] + table + doc[doc.index("\n\n", i):]
+  names = ", ".join(f"`{c}`" for c in not_measured()) or "none"
+  doc = NOT_MEASURED.sub(lambda m: m.group(1) + names + m.group(2), doc)
+  with open(path, "w") as f:
+    f.write(doc)
+
+
 def main(argv: list[str]) -> int:
-  if len(argv) < 2 or argv[1] not in ("measure", "render", "list"):
+  if len(argv) < 2 or argv[1] not in ("measure", "render", "write", "list"):
     print(__doc__, file=sys.stderr)
     return 2
   if argv[1] == "list":
@@ -155,6 +179,8 @@ def main(argv: list[str]) -> int:
       print(f"{case}: {' '.join(command(case)[1:])}")
   elif argv[1] == "render":
     print(render())
+  elif argv[1] == "write":
+    write_doc()
   else:
     unknown = [c for c in argv[2:] if c not in CASES]
     if unknown:
