@@ -12,6 +12,7 @@
 - `parse_flags(argv)`: absl's flag parsing with its errors as one line and exit 2 (absl: a "FATAL" block, exit 1),
   and `--help` / `--helpfull` exiting 0 (absl: 1).
 - `run(main, argv=None)`: `app.run(guard(main), argv, flags_parser=parse_flags)`, the whole contract.
+- `refuse_arguments(argv)`: first in a `main` that takes no positional arguments.
 
 Usage in an entry point: `cli.run(main)`, and `cli.quiet_logging(cli.verbosity_given())` first in main.
 """
@@ -111,6 +112,12 @@ def guard(main):
       sys.exit(code)
 
   return guarded
+
+
+def refuse_arguments(argv: list[str]) -> None:
+  """For an entry point whose every option is a --flag: a stray word left after the flags is one line, exit 2."""
+  if len(argv) > 1:
+    raise absl_app.UsageError(f"unexpected arguments: {argv[1:]}: every option is a --flag")
 
 
 def _flag_error_line(e: Exception) -> str:

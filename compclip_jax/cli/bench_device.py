@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags
+from absl import flags
 from flax import nnx
 
 from compclip_jax import methods
@@ -369,8 +369,7 @@ def _define_flags():
 
 
 def main(argv, fl: dict) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.refuse_arguments(argv)
   v = {k: f.value for k, f in fl.items()}
   if v["memory"]:
     memory(v["memory_model"], v["memory_batch"], compute_dtype=v["dtype"], remat=v["remat"])

@@ -17,7 +17,7 @@ import importlib.util
 import json
 import sys
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
@@ -168,8 +168,7 @@ def notebook_check(c, topology: str) -> bool | None:
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.refuse_arguments(argv)
   out = fit_check(_CONFIG.value, _TOPOLOGY.value, _SLICES.value, _FIND.value, only=tuple(_ONLY.value))
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:

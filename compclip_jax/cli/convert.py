@@ -87,8 +87,7 @@ def _define_flags() -> dict:
 
 
 def main(argv, f: dict):
-  if len(argv) > 1:
-    raise UserError(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+  cli.refuse_arguments(argv)
   cli.quiet_logging(cli.verbosity_given())
   src, dst, to = f["src"].value, f["dst"].value, f["to"].value
   if not os.path.exists(src):

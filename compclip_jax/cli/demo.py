@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import host_memory
@@ -94,8 +94,7 @@ def _option_problems(opts: demo.DemoOptions) -> list[str]:
 
 
 def main(argv: list[str], overrides: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.refuse_arguments(argv)
   opts = demo.DemoOptions(**{name: flag.value for name, flag in _OPTIONS.items()})
   if _option_problems(opts):
     raise cli.UserError("; ".join(_option_problems(opts)))

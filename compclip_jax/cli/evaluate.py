@@ -63,8 +63,7 @@ def _check_flags() -> None:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+  cli.refuse_arguments(argv)
   _check_flags()
   cli.quiet_logging(cli.verbosity_given())
   host_memory.keep_freed_memory()

@@ -20,7 +20,7 @@ import os
 import sys
 
 import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
@@ -40,8 +40,7 @@ _ALLOW = flags.DEFINE_list(
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.refuse_arguments(argv)
   spec = config_flags.get_config_filename(flags.FLAGS["config"])
   if spec.endswith(":demo"):  # the demo pretrains the model its fine-tuning starts from: its own entry point
     name = os.path.basename(spec.rpartition(":")[0]).removesuffix(".py")

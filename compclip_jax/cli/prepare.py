@@ -48,8 +48,7 @@ _REBUILD = flags.DEFINE_bool(
 
 def _check_flags(argv) -> None:
   """One line (UserError) for a flag missing, or an input file or folder that is not there."""
-  if len(argv) > 1:
-    raise UserError(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+  cli.refuse_arguments(argv)
   if bool(_CSV.value) == bool(_COCO.value):
     raise UserError("give exactly one of --csv or --coco_json (see --help)")
   if not (_ROOT.value and _OUT.value):

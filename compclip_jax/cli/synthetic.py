@@ -2,7 +2,7 @@
 fixed vocabulary (what compclip_jax/assets/synthetic_spiece.model is; compclip_jax/data/synthetic.py)."""
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.data import synthetic
@@ -13,8 +13,7 @@ _T5_TOKENIZER = flags.DEFINE_string(
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.refuse_arguments(argv)
   print(synthetic.train_t5_tokenizer(_T5_TOKENIZER.value))
 
 
