@@ -7,8 +7,9 @@
       Captions/s and images/s encoded (jitted, fp32) against transformers in PyTorch on the same inputs.
   python -m compclip_jax.bench pipeline [--records=400] [--runs=5]
       Host pipeline on one core: CLIC text side with on-the-fly spaCy vs the cached POS analysis, and full CLIC
-      samples (two images + captions + negative + tokenisation) from prepared shards. Generates its own JPEGs
-      (300–640 px) and captions.
+      samples (two images + captions + negative + tokenisation) from four sources of the same records, alternating:
+      prepared shards, the same as `prepare --format=tfds`, CSV + image files, TFDS of the original JPEGs.
+      Generates its own JPEGs (300–640 px) and captions.
   python -m compclip_jax.bench train --config=configs/clic.py:runlocal [--config.key=value …] [--runs=7]
       Per step kind: median step time after compilation, steps/s, samples/s, XLA's FLOPs per step, the MFU implied
       by --peak_tflops (per device), and compiled peak memory per device. E.g. the ViT-B/32 CLIC step at B=8:
@@ -153,6 +154,45 @@ def _bench_dataset(root: str, n: int) -> str:
   return os.path.join(root, "rows.csv")
 
 
+def _tfds_of_files(src, out: str, name: str = "bench_captions") -> str:
+  """The CSV source's rows as a TFDS dataset `name:1.0.0` in `out` (original JPEG bytes, captions as a sequence),
+  written as `prepare --format=tfds` writes (ArrayRecord + write_metadata, no TensorFlow); → its data_dir."""
+  import os  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from array_record.python.array_record_module import ArrayRecordWriter  # pylint: disable=import-outside-toplevel
+  features = tfds.features.FeaturesDict({
+      "image": tfds.features.Image(encoding_format="jpeg"), "captions": tfds.features.Sequence(tfds.features.Text()),
+      "id": tfds.features.Text()
+  })
+  folder = os.path.join(out, name, "1.0.0")
+  os.makedirs(folder)
+  shard = os.path.join(folder, f"{name}-train.array_record-00000-of-00001")
+  writer = ArrayRecordWriter(shard, "group_size:1")
+  for i in range(len(src)):
+    r = src[i]
+    with open(r["image_path"], "rb") as f:
+      writer.write(features.serialize_example({"image": f.read(), "captions": r["sentences"], "id": r["id"]}))
+  writer.close()
+  split = tfds.core.SplitInfo(name="train", shard_lengths=[len(src)], num_bytes=os.path.getsize(shard),
+                              filename_template=None)
+  tfds.folder_dataset.write_metadata(data_dir=folder, features=features, split_infos=[split], check_data=False,
+                                     filename_template="{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}")
+  return out
+
+
+def _rates(fns: dict, n: int, runs: int) -> dict:
+  """{name: median items/s} of `runs` passes of fn(k) for k in range(n), the functions alternating pass by pass (so
+  a slow phase of the machine costs each the same)."""
+  times = {name: [] for name in fns}
+  for _ in range(runs):
+    for name, fn in fns.items():
+      t0 = time.perf_counter()
+      for k in range(n):
+        fn(k)
+      times[name].append(time.perf_counter() - t0)
+  return {name: n / statistics.median(t) for name, t in times.items()}
+
+
 def _rate(fn, n: int, runs: int) -> float:
   """Median items/s of `runs` timed passes of fn(k) for k in range(n)."""
   return n / _median_time(lambda: [fn(k) for k in range(n)], runs)
@@ -164,6 +204,7 @@ def bench_pipeline(records: int, runs: int) -> None:
   from compclip_jax.data import pipeline as pl  # pylint: disable=import-outside-toplevel
   from compclip_jax.data import samples  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.sources import CsvSource, PreparedSource  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data.tfds_source import TfdsSource  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.tokenizers import CLIPTokenizer  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.prepare import prepare  # pylint: disable=import-outside-toplevel
   root = tempfile.mkdtemp(prefix="compclip_pipe_")
@@ -194,12 +235,29 @@ def bench_pipeline(records: int, runs: int) -> None:
 
   fly = _rate(lambda k: text_side(k, True), m, runs)
   cache = _rate(lambda k: text_side(k, False), m, runs)
-  tf = pl.SampleTransform(ps, pl.PipelineConfig(methods.clic.STEP, batch_size=1), tok, tagger=tagger)
-  full = _rate(lambda k: tf(k, np.random.default_rng(k)), m, runs)
+  # the same records from each source, CLIC samples (2 images + 5 captions + negative + tokens), alternating
+  prepare(src, root + "/prepared_tfds", workers=1, progress=False, tfds_name="bench_prepared")
+  sources = {
+      "prepared shards": ps, "prepare --format=tfds": TfdsSource("bench_prepared:1.0.0", root + "/prepared_tfds"),
+      "CSV + image files": src, "TFDS, original JPEGs": TfdsSource("bench_captions:1.0.0",
+                                                                   _tfds_of_files(src, root + "/tfds"), "train",
+                                                                   captions_key="captions", id_key="id")
+  }
+  transforms = {
+      name: pl.SampleTransform(s, pl.PipelineConfig(methods.clic.STEP, batch_size=1), tok, tagger=tagger)
+      for name, s in sources.items()
+  }
+  for t in transforms.values():  # orientations read and spaCy's memo of every caption filled outside the timing
+    [t(k, np.random.default_rng(k)) for k in range(m)]
+  full = _rates({n: (lambda k, t=t: t(k, np.random.default_rng(k))) for n, t in transforms.items()}, m, runs)
   print(f"host pipeline, 1 core, {m} records, median of {runs}:")
   print(f"  CLIC text side, spaCy on the fly : {fly:8.1f} samples/s")
   print(f"  CLIC text side, cached analysis  : {cache:8.1f} samples/s  ({cache / fly:.1f}× on the fly)")
-  print(f"  full CLIC sample, prepared shards: {full:8.1f} samples/s  (2 images + 5 captions + negative + tokens)")
+  print("  full CLIC sample (2 images + 5 captions + negative + tokens), sources alternating pass by pass:")
+  base = {"prepare --format=tfds": "prepared shards", "TFDS, original JPEGs": "CSV + image files"}
+  for name, rate in full.items():
+    vs = f"  ({rate / full[base[name]]:.2f}× {base[name]})" if name in base else ""
+    print(f"    {name:22s}: {rate:8.1f} samples/s{vs}")
 
 
 def _same_width_batches(t, kind: str, n: int) -> list:

@@ -11,6 +11,9 @@ object per dataset named `{dataset}_{pretrained}_{model}_{language}_{task}.json`
 keys where it has the dataset (`sugar_crepe/swap_att` … with `acc`), so `clip_benchmark build OUT_DIR` reads them —
 plus `results.md`, the combined table (also printed), and `skipped.jsonl` (`compclip_jax.evaluators.output`). An
 `--output` ending in `.json` (the older form) names the folder without the suffix.
+`--coco_tfds=coco_captions/2014:1.1.0 --tfds_data_dir=DIR` reads coco_retrieval from TFDS (split `test`, the Karpathy
+test set; no TensorFlow) instead of its JSON and image folder; --data_dir and --image_dir are then needed only for
+the other benchmarks.
 
 An image that cannot be read (missing, truncated, not an image) is skipped with the examples that use it, counted per
 benchmark (a warning, and `skipped_images` in its JSON records with each file and reason; its `count` keys are the
@@ -48,26 +51,46 @@ _CACHE = flags.DEFINE_string(
     "cache_dir", None, "Where generated ARO order negatives are kept (default: beside "
     "the annotations, else ~/.cache/compclip_jax).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated ARO order negatives.")
+_COCO_TFDS = flags.DEFINE_string(
+    "coco_tfds", None, "Read coco_retrieval from this TFDS dataset (name with version, e.g. "
+    "coco_captions/2014:1.1.0; its split 'test' is the Karpathy test set) instead of retrieval/coco_test.json.")
+_TFDS_DIR = flags.DEFINE_string("tfds_data_dir", None, "The TFDS data_dir of --coco_tfds (local or gs://).")
 _STRICT = flags.DEFINE_bool(
     "strict", False, "Refuse an image that cannot be read (by name) instead of skipping it "
     "and the examples that use it.")
 
 
-def _check_flags() -> None:
-  """One line (UserError) for a required flag not given or an input folder that is not there."""
-  for flag in (_MODEL, _DATA, _IMAGES, _OUTPUT):
+def _tfds() -> dict[str, tuple[str, str]]:
+  """{benchmark: (TFDS dataset, data_dir)} the flags ask to read from TFDS."""
+  if _TFDS_DIR.value and not _COCO_TFDS.value:
+    raise UserError("--tfds_data_dir is given but no benchmark reads TFDS: add --coco_tfds=coco_captions/2014:1.1.0")
+  if not _COCO_TFDS.value:
+    return {}
+  if not _TFDS_DIR.value:
+    raise UserError("--coco_tfds needs --tfds_data_dir: the folder TFDS prepared the dataset into (local or gs://)")
+  from compclip_jax.data.tfds_source import dataset_dir  # pylint: disable=import-outside-toplevel
+  dataset_dir(_COCO_TFDS.value, _TFDS_DIR.value)  # a wrong name, version or folder: one line now
+  return {"coco_retrieval": (_COCO_TFDS.value, _TFDS_DIR.value)}
+
+
+def _check_flags(tfds: dict) -> None:
+  """One line (UserError) for a required flag not given or an input folder that is not there; --data_dir and
+  --image_dir are not needed when every benchmark asked for reads TFDS."""
+  only_tfds = tfds and _BENCH.value != ["all"] and all(n in tfds for n in _BENCH.value)
+  for flag in (_MODEL, _OUTPUT) + (() if only_tfds else (_DATA, _IMAGES)):
     if not flag.value:
       raise UserError(f"--{flag.name} is required (see --help)")
-  if not os.path.isdir(_IMAGES.value):
+  if not only_tfds and not os.path.isdir(_IMAGES.value):
     raise UserError(f"--image_dir {_IMAGES.value} is not a folder: give the folder of the benchmarks' images")
 
 
 def main(argv):
   cli.refuse_arguments(argv)
-  _check_flags()
+  tfds = _tfds()
+  _check_flags(tfds)
   cli.quiet_logging(cli.verbosity_given())
   host_memory.keep_freed_memory()
-  names, skipped = registry.resolve(_BENCH.value, _DATA.value, _IMAGES.value)
+  names, skipped = registry.resolve(_BENCH.value, _DATA.value or "", _IMAGES.value or "", tfds)
   for n, why in skipped.items():
     print(f"skipped {n}: {why}")
   # jax and the model code only now: a mistake above is answered in a second
@@ -78,8 +101,8 @@ def main(argv):
   if tokenizer is None:
     raise UserError(f"{_MODEL.value} has no tokenizer files and a non-standard vocabulary: put its tokenizer files "
                     "(vocab.json, merges.txt) beside it")
-  results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value, _IMAGES.value, _TIE.value,
-                           _CACHE.value, _SEED.value, _STRICT.value)
+  results = run_benchmarks(Encoder(model, tokenizer, preprocess), names, _DATA.value or "", _IMAGES.value or "",
+                           _TIE.value, _CACHE.value, _SEED.value, _STRICT.value, tfds)
   print(output.markdown(results))
   out_dir = _OUTPUT.value[:-len(".json")] if _OUTPUT.value.endswith(".json") else _OUTPUT.value
   label = _LABEL.value or _MODEL_NAME.value or os.path.basename(os.path.abspath(_MODEL.value))

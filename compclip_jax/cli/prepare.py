@@ -2,6 +2,7 @@
 
   python -m compclip_jax.prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
   python -m compclip_jax.prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
+  … --format=tfds [--tfds_name=NAME]        # the same records as the TFDS dataset DIR/NAME/1.0.0 (data.source=tfds)
 
 An input without usable rows, or with more rows skipped than training accepts (--max_skip_fraction, the default of
 data.max_skip_fraction), is refused: one line, exit 2, and the folder is not marked finished (details in
@@ -41,6 +42,11 @@ _ANY_FORMAT = flags.DEFINE_bool(
 _MAX_SKIP = flags.DEFINE_float(
     "max_skip_fraction", MAX_SKIP_FRACTION, "Refuse (exit 2, the folder left unfinished) when more than this share "
     "of the rows is skipped; training's data.max_skip_fraction must be at least as large to train on the result.")
+_OUTPUT_FORMAT = flags.DEFINE_enum(
+    "format", "prepared", ["prepared", "tfds"], "prepared: this project's ArrayRecord layout (data.source=prepared); "
+    "tfds: the same records as a TFDS dataset <out>/<tfds_name>/1.0.0, split train (data.source=tfds; readable by "
+    "tfds.builder_from_directory without TensorFlow).")
+_TFDS_NAME = flags.DEFINE_string("tfds_name", "compclip_prepared", "--format=tfds: the dataset's name.")
 _REBUILD = flags.DEFINE_bool(
     "rebuild", False, "--out holds a prepared dataset of other inputs or options: delete "
     "the files prepare wrote there and start again.")
@@ -73,15 +79,29 @@ def main(argv):
       source = CocoSource(_COCO.value, _ROOT.value, _SPLITS.value, paras)
       inputs, options = ([_PARA.value] if _PARA.value else []), {"splits": list(_SPLITS.value)}
     alpha = _ALPHA.value if _ALPHA.value is not None else bool(_CSV.value)
-    meta = prepare(source, _OUT.value, _SIZE.value, _SHARD.value, _WORKERS.value, _FORMAT.value,
-                   alpha_premultiplied_resize=alpha, rebuild=_REBUILD.value, inputs=inputs, options=options,
-                   max_skip_fraction=_MAX_SKIP.value, progress=sys.stderr.isatty())  # no bar in a log
+    meta = prepare(
+        source,
+        _OUT.value,
+        _SIZE.value,
+        _SHARD.value,
+        _WORKERS.value,
+        _FORMAT.value,
+        alpha_premultiplied_resize=alpha,
+        rebuild=_REBUILD.value,
+        inputs=inputs,
+        options=options,
+        max_skip_fraction=_MAX_SKIP.value,
+        progress=sys.stderr.isatty(),  # no bar in a log
+        tfds_name=_TFDS_NAME.value if _OUTPUT_FORMAT.value == "tfds" else None)
   except (ValueError, OSError) as e:  # user errors: bad flags, unreadable inputs, a mismatching --out
     if os.environ.get("COMPCLIP_TRACEBACK"):
       raise
     print(f"prepare: error: {' '.join(str(e).split())}", file=sys.stderr)
     sys.exit(cli.EXIT_USER_ERROR)
   print(f"wrote {meta['records']:,} records in {len(meta['shards'])} shards to {_OUT.value}")
+  if meta.get("output") == "tfds":
+    print(f"as a TFDS dataset: train with --config.data.source=tfds --config.data.tfds_data_dir={_OUT.value} "
+          f"--config.data.tfds_name={meta['tfds_name']}")
   if meta["skipped"]:
     print("skipped: " + ", ".join(f"{r} {n}" for r, n in sorted(meta["skipped"].items())) +
           f" (details: {os.path.join(_OUT.value, 'skipped.jsonl')})")

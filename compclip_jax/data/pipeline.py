@@ -93,7 +93,12 @@ class SampleTransform:
     self.buckets = partner_table(np.asarray(source.wide)) if cfg.kind.partner(cfg.options) else None
 
   def _record(self, i: int) -> dict:
-    return self.source.materialize(self.source[int(i)])
+    rec = self.source.materialize(self.source[int(i)])
+    if len(rec["sentences"]) < self.cfg.kind.min_sentences:
+      raise BadRecord(
+          "too_few_sentences", f"record {rec['id']}: {len(rec['sentences'])} sentence(s), the "
+          f"{self.cfg.kind.name} step needs {self.cfg.kind.min_sentences}")
+    return rec
 
   def _partner(self, i: int, rng: np.random.Generator) -> dict:
     bucket = self.buckets[0] if self.source.wide[i] == 1 else self.buckets[1]

@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from compclip_jax.errors import UserError
+from compclip_jax.data import tfds_source
 from compclip_jax.data.images import Preprocess, has_transparency
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import MAX_SKIP_FRACTION, BadRecord, counts
@@ -137,9 +138,10 @@ def _check_or_clear(out: str, want: dict, rebuild: bool) -> None:
 
 
 def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_format: str, tagger: SpacyTagger,
-                alpha_premultiplied_resize: bool = True, pos_pipeline: str | None = None) -> dict:
+                alpha_premultiplied_resize: bool = True, pos_pipeline: str | None = None, encode=encode_record) -> dict:
   """Writes shard k (atomically) and its summary `shard-k.json` (count, orientations, skipped rows, images with
-  transparency: those the alpha choice changes)."""
+  transparency: those the alpha choice changes). `encode`: `encode_record`'s arguments → the record's bytes (the
+  prepared format's msgpack, or a TFDS example: tfds_source.PreparedEncoder)."""
   from array_record.python.array_record_module import ArrayRecordWriter  # pylint: disable=import-outside-toplevel
   if pos_pipeline is not None and tagger.identity() != pos_pipeline:  # a worker must tag as the manifest says
     raise RuntimeError(f"shard {k}: POS pipeline {tagger.identity()!r} is not the manifest's {pos_pipeline!r}")
@@ -159,9 +161,9 @@ def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_f
       continue
     w, h = rec["image"].size
     writer.write(
-        encode_record(row["id"], row["sentences"], half_image(rec, image_size, alpha_premultiplied_resize),
-                      pre.resize_crop(rec["image"], alpha_premultiplied_resize), analysis, row.get("paraphrases", ()),
-                      image_format))
+        encode(row["id"], row["sentences"], half_image(rec, image_size, alpha_premultiplied_resize),
+               pre.resize_crop(rec["image"], alpha_premultiplied_resize), analysis, row.get("paraphrases", ()),
+               image_format))
     wide.append(int(w >= h))
     transparent += has_transparency(rec["image"])
   writer.close()
@@ -172,15 +174,18 @@ def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_f
 
 
 def _work(args):
-  out, k, rows, size, fmt, alpha, identity = args
-  return k, write_shard(out, k, rows, size, fmt, _WORKER_TAGGER[0], alpha, identity)
+  out, k, rows, size, fmt, alpha, identity, encode = args
+  return k, write_shard(out, k, rows, size, fmt, _WORKER_TAGGER[0], alpha, identity, encode)
 
 
 def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, workers: int = 1,
             image_format: str = "PNG", progress: bool = True, alpha_premultiplied_resize: bool = True,
             rebuild: bool = False, inputs: Sequence[str] = (), options: dict | None = None,
-            max_skip_fraction: float = MAX_SKIP_FRACTION) -> dict:
+            max_skip_fraction: float = MAX_SKIP_FRACTION, tfds_name: str | None = None) -> dict:
   """Writes (or resumes) the prepared dataset for `source` into `out`; returns the metadata written.
+
+  `tfds_name`: write it as the TFDS dataset `<out>/<tfds_name>/1.0.0` (split `train`) instead of the prepared
+  format (`data.source=tfds`; any TFDS reader, no TensorFlow): the same records, as TFDS examples.
 
   Resumes only when `out`'s manifest equals this call's (`manifest`); otherwise raises PrepareError naming the
   differences, or with `rebuild` deletes what a previous prepare wrote there first. `inputs` / `options`: further
@@ -193,6 +198,11 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
   tagger = SpacyTagger()
   want = manifest(source, image_size, image_format, shard_size, alpha_premultiplied_resize, tagger.identity(), inputs,
                   options)
+  encode = encode_record
+  if tfds_name:  # only then: the manifests of prepared-format folders stay as they were (they resume)
+    _check_tfds_name(tfds_name)
+    want["output"] = {"format": "tfds", "name": tfds_name}
+    encode = tfds_source.PreparedEncoder(image_format)
   os.makedirs(out, exist_ok=True)
   _check_or_clear(out, want, rebuild)
   _write_json(os.path.join(out, MANIFEST), want, indent=2)
@@ -202,7 +212,7 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
   if len(todo) < n_shards:
     print(f"resuming: {n_shards - len(todo)} of {n_shards} shards already written (same manifest)", file=sys.stderr)
   jobs = [(out, k, [source[i] for i in range(k * shard_size, min(len(source), (k + 1) * shard_size))], image_size,
-           image_format, alpha_premultiplied_resize, want["pos_pipeline"]) for k in todo]
+           image_format, alpha_premultiplied_resize, want["pos_pipeline"], encode) for k in todo]
   bar = None
   if progress:
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel
@@ -214,12 +224,18 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
           bar.update(summary["count"] + len(summary["skipped"]))
   else:
     for job in jobs:
-      summary = write_shard(*job[:5], tagger, *job[5:])
+      summary = write_shard(*job[:5], tagger, *job[5:])  # job[5:]: alpha, POS identity, encode
       if bar:
         bar.update(summary["count"] + len(summary["skipped"]))
   if bar:
     bar.close()
   return _finish(source, out, n_shards, want, max_skip_fraction)
+
+
+def _check_tfds_name(name: str) -> None:
+  if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+    raise PrepareError(f"--tfds_name {name!r}: TFDS names are lower-case snake_case (letters, digits, _), e.g. "
+                       "my_captions")
 
 
 def _check_read(source, limit: float) -> None:
@@ -269,6 +285,14 @@ def _finish(source, out: str, n_shards: int, want: dict, max_skip_fraction: floa
     f.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in skipped)
   os.replace(os.path.join(out, "skipped.jsonl.tmp"), os.path.join(out, "skipped.jsonl"))
   _check_skipped(out, skipped, len(wide), max_skip_fraction)
+  shard_counts = []
+  for k in range(n_shards):
+    with open(os.path.join(out, f"shard-{k:05d}.json")) as f:
+      shard_counts += [json.load(f)["count"]] if _shard_name(k) in shards else []
+  output = want.get("output")
+  if output:
+    tfds_source.write_prepared_dataset(out, output["name"], shards, shard_counts, np.asarray(wide, np.int8),
+                                       want["image_format"], f"compclip_jax prepare of {getattr(source, 'path', '')}")
   reasons: dict[str, int] = {}
   for s in skipped:
     reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
@@ -279,5 +303,7 @@ def _finish(source, out: str, n_shards: int, want: dict, max_skip_fraction: floa
       "pos_pipeline": want["pos_pipeline"], "alpha_premultiplied_resize": want["alpha_premultiplied_resize"],
       "transparent_images": transparent, "skipped": reasons, "manifest": want
   }
+  if output:  # read by data.source=tfds, not as the prepared format (PreparedSource says so)
+    meta |= {"output": "tfds", "tfds_name": f"{output['name']}:{tfds_source.PREPARED_VERSION}"}
   _write_json(os.path.join(out, PREPARED_META), meta, indent=2)  # last: its presence means "finished"
   return meta

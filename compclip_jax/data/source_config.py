@@ -5,10 +5,11 @@ import os
 from typing import Callable
 
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
+from compclip_jax.data.tfds_source import TfdsError, TfdsSource
 from compclip_jax.data.world import SYNTHETIC_FORMATS, synthetic_source
 
 # ------------------------------------------------------------------------------------ the synthetic world as data
-SOURCES = ("csv", "coco", "prepared", "synthetic")
+SOURCES = ("csv", "coco", "prepared", "tfds", "synthetic")
 
 
 def config_errors(d) -> list[str]:
@@ -24,6 +25,8 @@ def config_errors(d) -> list[str]:
     if not 0.0 <= d.synthetic_binding_noise <= 0.5:
       errors.append(f"data.synthetic_binding_noise {d.synthetic_binding_noise}: a probability in [0, 0.5]")
     return errors
+  if d.source == "tfds":
+    return _tfds_errors(d)
   if not d.path or not os.path.exists(d.path):
     errors.append(f"data.path {d.path!r} does not exist")
   if d.source != "prepared" and not os.path.isdir(d.image_root or ""):
@@ -33,10 +36,28 @@ def config_errors(d) -> list[str]:
   return errors
 
 
+def _tfds_errors(d) -> list[str]:
+  """The TFDS dataset, split and feature keys of `d` checked by opening the split (its metadata only)."""
+  errors = []
+  if d.paraphrases and not os.path.exists(d.paraphrases):
+    errors.append(f"data.paraphrases {d.paraphrases} does not exist")
+  try:
+    _tfds(d, None)
+  except TfdsError as e:
+    errors.append(str(e))
+  return errors
+
+
+def _tfds(d, paraphrases) -> TfdsSource:
+  return TfdsSource(d.tfds_name, d.tfds_data_dir, d.tfds_split, d.tfds_image_key, d.tfds_captions_key, d.tfds_id_key,
+                    paraphrases, lowercase=d.tfds_lowercase, sentences=d.tfds_split_sentences)
+
+
 def make_source(d, workdir: str, seed: int, process_index: int = 0, barrier: Callable[[str], None] | None = None):
   """The training source of a config's `data` section `d`.
 
-  csv / coco / prepared read `d.path`; synthetic is the generated world (`synthetic_source`) of `d.synthetic_size`
+  csv / coco / prepared read `d.path`; tfds reads split `d.tfds_split` of `d.tfds_name` in `d.tfds_data_dir`
+  (data/tfds_source.py); synthetic is the generated world (`synthetic_source`) of `d.synthetic_size`
   scenes and `seed`, in `d.path` (default `<workdir>/world`), read as CLIC rows or COCO JSON (`d.synthetic_format`).
   `barrier(name)` waits for every process (`multihost_utils.sync_global_devices`; None: one process).
   """
@@ -48,4 +69,6 @@ def make_source(d, workdir: str, seed: int, process_index: int = 0, barrier: Cal
     return CsvSource(d.path, d.image_root, any_image_format=d.any_image_format)
   if d.source == "coco":
     return CocoSource(d.path, d.image_root, tuple(d.splits), read_paraphrases(d.paraphrases) if d.paraphrases else None)
+  if d.source == "tfds":
+    return _tfds(d, read_paraphrases(d.paraphrases) if d.paraphrases else None)
   return PreparedSource(d.path)

@@ -233,17 +233,19 @@ def read_paraphrases(path: str) -> dict[str, list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------- prepared format
+def encode_image(a: np.ndarray, image_format: str = "PNG") -> bytes:
+  """uint8 [H, W, 3] → PNG (lossless) or JPEG (quality 95) bytes, as the prepared formats store images."""
+  buf = io.BytesIO()
+  Image.fromarray(a).save(buf, format=image_format, **({"quality": 95} if image_format == "JPEG" else {}))
+  return buf.getvalue()
+
+
 def encode_record(rec_id: str, sentences: Sequence[str], half: np.ndarray, full: np.ndarray,
                   analysis: Sequence[Analysis], paraphrases: Sequence[str] = (), image_format: str = "PNG") -> bytes:
   """One prepared record: pre-resized images (CLIC half + eval crop, encoded), sentences, cached POS analysis."""
-  def enc(a):
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, format=image_format, **({"quality": 95} if image_format == "JPEG" else {}))
-    return buf.getvalue()
-
   return msgpack.packb({
-      "id": rec_id, "s": list(sentences), "h": enc(half), "f": enc(full), "a": [a.to_json() for a in analysis],
-      "p": list(paraphrases)
+      "id": rec_id, "s": list(sentences), "h": encode_image(half, image_format), "f": encode_image(full, image_format),
+      "a": [a.to_json() for a in analysis], "p": list(paraphrases)
   })
 
 
@@ -255,6 +257,9 @@ class PreparedSource:
       raise FileNotFoundError(f"{directory}: no {PREPARED_META}; build it with python -m compclip_jax.prepare")
     with open(meta_path) as f:
       self.meta = json.load(f)
+    if self.meta.get("output") == "tfds":
+      raise ValueError(f"{directory} holds a TFDS dataset (prepare --format=tfds): read it with data.source=tfds "
+                       f"data.tfds_data_dir={directory} data.tfds_name={self.meta['tfds_name']}")
     if not self.meta.get("complete"):
       raise ValueError(f"{directory}: preparation did not finish; rerun python -m compclip_jax.prepare to resume")
     pos = self.meta.get("pos_pipeline")

@@ -9,6 +9,7 @@ caller to drop its examples (`Task.skip_images`); with `strict` it is refused by
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
 
 import jax
@@ -106,9 +107,9 @@ class Encoder:
   def _load(self, refs: list[ImageRef], row: int, bad: dict[int, str]) -> np.ndarray:
     ref = refs[row]
     try:
-      if not os.path.exists(ref.path):
+      if ref.read is None and not os.path.exists(ref.path):
         raise FileNotFoundError("not found")
-      with Image.open(ref.path) as img:
+      with Image.open(ref.path if ref.read is None else io.BytesIO(ref.read())) as img:
         img.load()  # decode now: a truncated file fails here, with its name, not deep inside the transform
         if ref.box is not None:
           x, y, w, h = ref.box

@@ -35,6 +35,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "flickr30k_retrieval": Benchmark(functools.partial(retrieval.load_retrieval, dataset="flickr30k"),
                                      "retrieval/flickr30k_test.json"),
 }
+# benchmarks that can read a TFDS split instead of their files (`tfds` arguments below): name → retrieval dataset
+TFDS_SERVED = {"coco_retrieval": "coco"}
 ZEROSHOT_PREFIX = "zeroshot:"  # zeroshot:<dataset> reads <image_dir>/<dataset>/<class>/…
 ORDER_SETS = ("coco_order", "flickr30k_order")
 
@@ -55,19 +57,26 @@ def unknown_names(names: list[str], allow_all: bool = True) -> str | None:
           f"{', '.join(sorted(BENCHMARKS))}, {ZEROSHOT_PREFIX}<dataset>{', all' if allow_all else ''}")
 
 
-def resolve(names: list[str], data_dir: str, image_dir: str) -> tuple[list[str], dict[str, str]]:
-  """(benchmarks to run, {skipped: why}); 'all' expands to every benchmark whose files exist. Raises BenchmarkError
-  for an unknown name (with the nearest known one), a `data_dir` that is not a folder, or an 'all' that finds none."""
+def resolve(names: list[str], data_dir: str, image_dir: str,
+            tfds: dict[str, tuple[str, str]] | None = None) -> tuple[list[str], dict[str, str]]:
+  """(benchmarks to run, {skipped: why}); 'all' expands to every benchmark whose files exist (and those `tfds`
+  serves). Raises BenchmarkError for an unknown name (with the nearest known one), a `data_dir` that is not a folder
+  (unless `tfds` serves every name), or an 'all' that finds none."""
   problem = unknown_names(names) if names != ["all"] else None
   if problem:
     raise BenchmarkError(problem)
-  if not os.path.isdir(data_dir):
+  tfds = tfds or {}
+  if names != ["all"] and all(n in tfds for n in names):
+    return names, {}
+  if not data_dir and tfds and names == ["all"]:
+    return list(tfds), {n: "no --data_dir given" for n in BENCHMARKS if n not in tfds}
+  if not os.path.isdir(data_dir or ""):
     raise BenchmarkError(f"--data_dir {data_dir} is not a folder: give the folder that holds one folder per "
                          f"benchmark ({', '.join(sorted({b.needs.split('/')[0] for b in BENCHMARKS.values()}))})")
   if names == ["all"]:
     run, skipped = [], {}
     for n, b in BENCHMARKS.items():
-      if os.path.exists(os.path.join(data_dir, b.needs)):
+      if n in tfds or os.path.exists(os.path.join(data_dir, b.needs)):
         run.append(n)
       else:
         skipped[n] = f"{os.path.join(data_dir, b.needs)} not found"
@@ -78,7 +87,12 @@ def resolve(names: list[str], data_dir: str, image_dir: str) -> tuple[list[str],
   return names, {}
 
 
-def load(name: str, data_dir: str, image_dir: str, cache_dir: str | None = None, seed: int = 0) -> Task:
+def load(name: str, data_dir: str, image_dir: str, cache_dir: str | None = None, seed: int = 0,
+         tfds: dict[str, tuple[str, str]] | None = None) -> Task:
+  """The task `name`; from TFDS when `tfds` ({benchmark of TFDS_SERVED: (dataset name with version, TFDS data_dir)})
+  names it."""
+  if tfds and name in tfds:
+    return retrieval.load_retrieval_tfds(*tfds[name], dataset=TFDS_SERVED[name])
   if name.startswith(ZEROSHOT_PREFIX):
     return zeroshot.load_zeroshot(data_dir, image_dir, name[len(ZEROSHOT_PREFIX):])
   kw = {"cache_dir": cache_dir, "seed": seed} if name in ORDER_SETS else {}

@@ -55,15 +55,16 @@ def benchmark_dirs(e, workdir: str, seed: int, process_index: int = 0,
 
 
 def run_benchmarks(encoder: Encoder, names: list[str], data_dir: str, image_dir: str, tie: str = "strict",
-                   cache_dir: str | None = None, seed: int = 0, strict: bool = False) -> dict[str, dict]:
+                   cache_dir: str | None = None, seed: int = 0, strict: bool = False,
+                   tfds: dict[str, tuple[str, str]] | None = None) -> dict[str, dict]:
   """{benchmark: {"task", "dataset", "metrics", "skipped_images"}} with the encoder's current weights; unknown names
   raise, missing files name themselves. An image that cannot be read is skipped with the examples that use it
   (`skipped_images`: [{"image", "reason"}]; metrics `skipped_images`, `skipped_examples`, the `count` keys over what
-  is left), or with `strict` refused by name (UserError)."""
+  is left), or with `strict` refused by name (UserError). `tfds`: benchmarks read from TFDS (`registry.load`)."""
   out = {}
   for name in names:
     t0 = time.perf_counter()
-    task = registry.load(name, data_dir, image_dir, cache_dir, seed)
+    task = registry.load(name, data_dir, image_dir, cache_dir, seed, tfds)
     bad: dict[int, str] = {}
     img = encoder.images(task.images.items, desc=f"{name} images", bad=bad, strict=strict)
     dropped = _skip(task, bad) if bad else 0

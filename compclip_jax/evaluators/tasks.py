@@ -46,8 +46,10 @@ class Index:
 
 @dataclasses.dataclass(frozen=True)
 class ImageRef:
-  path: str
+  path: str  # a file, or for an image inside a dataset (`read`) the name it is reported by
   box: tuple[float, float, float, float] | None = None  # (x, y, w, h) crop, VG-style
+  # () → the encoded image, for images that are not files (a TFDS record: evaluators/retrieval.py); None: open `path`
+  read: Callable[[], bytes] | None = None
 
 
 @dataclasses.dataclass

@@ -65,6 +65,9 @@ class StepKind:
   # its images follow data.alpha_premultiplied_resize; False: alpha is always dropped before resizing
   alpha_from_config: bool = True
   layout: Layout = Layout()
+  # records with fewer sentences are skipped, counted as too_few_sentences (METHODS §1.1: CLIC's sample takes a main
+  # caption and extra sentences); the CSV source drops such rows when read, other sources meet them when loaded
+  min_sentences: int = 1
 
   def batch_shapes(self, batch: int, image_size: int, text_len: int = 77, t5_len: int = 77) -> dict:
     """{key: (shape, dtype name)} of the global batch its pipeline emits (`Layout`), at full token width."""

@@ -47,10 +47,11 @@ def _model() -> dict:
 
 def _data() -> dict:
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
-  # data.source: csv, coco, prepared (data.path) or synthetic: the generated world (compclip_jax/data/synthetic.py)
-  # of data.synthetic_size scenes seeded by `seed`, written once into data.path (default <workdir>/world), read as
-  # CSV rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco"); synthetic_binding_noise p: each caption
-  # names the two objects with their colours exchanged with probability p (the demo's pretraining uses 0.5).
+  # data.source: csv, coco, prepared (data.path), tfds (below) or synthetic: the generated world
+  # (compclip_jax/data/synthetic.py) of data.synthetic_size scenes seeded by `seed`, written once into data.path
+  # (default <workdir>/world), read as CSV rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco");
+  # synthetic_binding_noise p: each caption names the two objects with their colours exchanged with probability p
+  # (the demo's pretraining uses 0.5).
   return dict(
       source="csv",
       path="",
@@ -70,7 +71,20 @@ def _data() -> dict:
       clean_text=True,
       # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped and
       # counted as unsupported_extension (reference filter); True admits every format PIL reads
-      any_image_format=False)
+      any_image_format=False,
+      **_tfds_data())
+
+
+def _tfds_data() -> dict:
+  # data.source="tfds" (data/tfds_source.py, docs/data.md): a TFDS dataset by name *with* its version, in
+  # tfds_data_dir (local or gs://), one split (sub-splits as "train[:10%]" too), read without TensorFlow; the
+  # feature key paths of the image, the captions (a text or a sequence of texts) and the id paraphrases are joined
+  # by. The defaults read coco_captions (the Karpathy splits). tfds_lowercase: lower-case the captions (as
+  # CSV rows are); tfds_split_sentences: cut each caption into sentences after . ! ? (one dense caption per image
+  # → a main caption + extra sentences)
+  return dict(tfds_name="coco_captions/2014:1.1.0", tfds_data_dir="", tfds_split="train", tfds_image_key="image",
+              tfds_captions_key="captions/text", tfds_id_key="image/id", tfds_lowercase=False,
+              tfds_split_sentences=False)
 
 
 def base(method: Method) -> ml_collections.ConfigDict:

@@ -138,11 +138,47 @@ def _main(workdir, *extra, method="clic", env=None, **kw):
                           text=True, **kw)
 
 
+@pytest.fixture(scope="module")
+def tfds_data(tmp_path_factory):
+  """Offline TFDS datasets (tests/tfds_fixtures.py): coco_captions/2014:1.1.0 and one dense caption per image."""
+  from tests import tfds_fixtures as tf_fix
+  tmp = tmp_path_factory.mktemp("tfds")
+  coco_dir, _, _, paras = tf_fix.write_coco_captions(tmp / "coco", n=40, broken=False)
+  return {"coco": coco_dir, "paraphrases": paras, "dense": tf_fix.write_dense_captions(tmp / "dense", n=24)}
+
+
+def _tfds_overrides(data, dataset):
+  """data.* overrides that train on one of `tfds_data`'s datasets."""
+  if dataset == "coco":
+    return {
+        "data.source": "tfds", "data.tfds_data_dir": str(data["coco"]), "data.paraphrases": str(data["paraphrases"]),
+        "data.tfds_split": "train+restval"
+    }
+  return {
+      "data.source": "tfds", "data.tfds_data_dir": str(data["dense"]), "data.tfds_name": "dense_captions:1.0.0",
+      "data.tfds_captions_key": "caption", "data.tfds_image_key": "jpeg", "data.tfds_id_key": "key",
+      "data.tfds_split_sentences": True, "data.tfds_lowercase": True
+  }
+
+
+@pytest.mark.parametrize("method", ["read", "negclip"])
+def test_coco_captions_from_tfds_trains_without_tensorflow(tmp_path, tfds_data, method):
+  """READ's paper data (COCO Karpathy train + restval here; paraphrases joined by image/id) and NegCLIP from TFDS
+  (CLIC from TFDS: the SIGKILL test below). Nothing imports TensorFlow."""
+  last = train.run(_cfg(method, total_steps=3, **_tfds_overrides(tfds_data, "coco")), str(tmp_path))
+  assert np.isfinite(last["loss"]) and (tmp_path / "export" / "hf" / "model.safetensors").exists()
+  assert not [m for m in sys.modules if m.split(".")[0] == "tensorflow"]
+
+
 @pytest.mark.slow
-def test_resume_after_sigkill_is_exact(tmp_path):
+def test_resume_after_sigkill_is_exact(tmp_path, tfds_data):
+  """CLIC from a TFDS dataset of one dense caption per image: killed after its step-4 checkpoint, rerun, it ends
+  bit for bit where an uninterrupted run ends."""
+  data = _tfds_overrides(tfds_data, "dense")
   # the uninterrupted reference in this process (the same config as _main's flags, the same 8 CPU devices)
-  train.run(_cfg("clic", total_steps=10, log_every=1, **{"checkpoint.every_steps": 2}), str(tmp_path / "ref"))
-  run = _main(tmp_path / "run")
+  train.run(_cfg("clic", total_steps=10, log_every=1, **{"checkpoint.every_steps": 2}, **data), str(tmp_path / "ref"))
+  flags = [f"--config.{k}={v}" for k, v in data.items()]
+  run = _main(tmp_path / "run", *flags)
   ckpt = tmp_path / "run" / "checkpoints" / "4"
   deadline = time.time() + 600
   while not ckpt.is_dir() and time.time() < deadline:
@@ -152,7 +188,7 @@ def test_resume_after_sigkill_is_exact(tmp_path):
   run.send_signal(signal.SIGKILL)
   run.communicate()
   assert not (tmp_path / "run" / "export").exists(), "the run finished before it could be killed"
-  again = _main(tmp_path / "run")
+  again = _main(tmp_path / "run", *flags)
   out, _ = again.communicate(timeout=600)
   assert again.returncode == 0, out
   a = safetensors.numpy.load_file(tmp_path / "ref" / "export" / "hf" / "model.safetensors")

@@ -70,7 +70,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
 
 
 STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner,
-                     layout=base.Layout(texts=5, negatives=()))
+                     layout=base.Layout(texts=5, negatives=()), min_sentences=2)
 CLIP_STEP = base.StepKind("clic_clip", clip_method.sample, clip_method.loss)  # model's normalisation, no partner
 
 

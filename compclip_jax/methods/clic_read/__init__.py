@@ -64,7 +64,8 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
 
 
 STEP = base.StepKind("clic_read", sample, loss, options=clic.options, normalization=clic.normalization,
-                     partner=clic.needs_partner, t5_target=True, layout=clic.STEP.layout)
+                     partner=clic.needs_partner, t5_target=True, layout=clic.STEP.layout,
+                     min_sentences=clic.STEP.min_sentences)
 
 
 def _schedule(c) -> tuple[base.StepKind, ...]:
