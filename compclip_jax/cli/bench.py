@@ -205,6 +205,8 @@ def bench_pipeline(records: int, runs: int) -> None:
   from compclip_jax.data import samples  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.sources import CsvSource, PreparedSource  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.tfds_source import TfdsSource  # pylint: disable=import-outside-toplevel
+  from compclip_jax.methods.clic import samples as clic_samples  # pylint: disable=import-outside-toplevel
+  from compclip_jax.methods.clic.negatives import clic_negative  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.tokenizers import CLIPTokenizer  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.prepare import prepare  # pylint: disable=import-outside-toplevel
   root = tempfile.mkdtemp(prefix="compclip_pipe_")
@@ -225,7 +227,7 @@ def bench_pipeline(records: int, runs: int) -> None:
       aa, ab = tagger([a["sentences"][0], b["sentences"][0]])
     else:
       (aa,), (ab,) = samples.analyses(a, [0], None), samples.analyses(b, [0], None)
-    n, _ = neg.clic_negative(aa, ab, rng)
+    n, _ = clic_negative(aa, ab, rng)
     tok([
         neg.join(a["sentences"][0], b["sentences"][0]),
         neg.join(b["sentences"][0], a["sentences"][0]),
@@ -244,8 +246,8 @@ def bench_pipeline(records: int, runs: int) -> None:
                                                                    captions_key="captions", id_key="id")
   }
   transforms = {
-      name: pl.SampleTransform(s, pl.PipelineConfig(methods.clic.STEP, batch_size=1), tok, tagger=tagger)
-      for name, s in sources.items()
+      name: pl.SampleTransform(s, pl.PipelineConfig(methods.clic.STEP, batch_size=1, options=clic_samples.Options()),
+                               tok, tagger=tagger) for name, s in sources.items()
   }
   for t in transforms.values():  # orientations read and spaCy's memo of every caption filled outside the timing
     [t(k, np.random.default_rng(k)) for k in range(m)]

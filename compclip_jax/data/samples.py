@@ -3,7 +3,7 @@ images at the model's size, its cached analysis, the options every builder takes
 
 Records are dicts: `id`, `sentences` (list[str]), `image` (RGB PIL image, RGBA when it has transparent pixels; or
 the pre-resized images of the prepared format under `half` / `full`, still encoded), optional `analysis` (aligned
-with `sentences`; `Analysis` or its JSON) and `paraphrases`.
+with `sentences`; `Analysis`, its JSON object or that as text) and `paraphrases`.
 Images leave here as uint8 [S, S, 3]; normalisation happens on device with the step kind's constants
 (compclip_jax/methods/: `StepKind.normalization`), which keeps host→device traffic at a quarter. Which builder a step
 kind uses, and with what partner, is the kind's choice (methods/<name>/); nothing here dispatches on a kind.
@@ -11,6 +11,7 @@ kind uses, and with what partner, is the kind's choice (methods/<name>/); nothin
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Callable, Sequence
 
 import numpy as np
@@ -30,10 +31,17 @@ class ImageOptions:
   alpha_premultiplied_resize: bool = True
 
 
+def _analysis(a) -> Analysis:
+  """A cached analysis: as it is, its JSON object (the prepared format), or that object as JSON text (TFDS)."""
+  if isinstance(a, Analysis):
+    return a
+  return Analysis.from_json(json.loads(a) if isinstance(a, str) else a)
+
+
 def analyses(rec: dict, idx: Sequence[int], tagger: Tagger | None) -> list[Analysis]:
   """The analysis of the record's sentences `idx`: from the prepared cache when present, else from the tagger."""
   if rec.get("analysis"):
-    return [a if isinstance(a, Analysis) else Analysis.from_json(a) for a in (rec["analysis"][i] for i in idx)]
+    return [_analysis(rec["analysis"][i]) for i in idx]
   if tagger is None:
     raise ValueError(f"record {rec['id']}: no cached POS analysis and no tagger given")
   return tagger([rec["sentences"][i] for i in idx])

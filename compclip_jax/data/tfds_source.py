@@ -138,7 +138,7 @@ class TfdsSource:
       for what, key in self.keys.items():
         if key and key not in have:
           raise TfdsError(f"TFDS dataset {name}: no feature {key!r} (data.tfds_{what}_key); its features are "
-                          f"{', '.join(have)}")
+                          f"{', '.join(sorted(have))}")
     skip = self.prepared and ("half", "full") or (image_key,)
     decoders = {}
     for key in skip:
@@ -172,13 +172,14 @@ class TfdsSource:
     return [], len(self), []
 
   def materialize(self, raw: dict) -> dict:
-    """→ {id, sentences, paraphrases, image: PIL} (or the prepared layout's {half, full, analysis}); BadRecord for a
-    record without captions or whose image does not decode."""
+    """→ {id, sentences, paraphrases, image: PIL} (or the prepared layout's {half, full, analysis}: images still
+    encoded, analyses as JSON text, parsed only when a sample builder asks for one); BadRecord for a record without
+    captions or whose image does not decode."""
     ex, index = raw["example"], raw["index"]
     if self.prepared:
       return {
           "id": _texts(ex["id"])[0], "sentences": _texts(ex["sentences"]), "half": ex["half"], "full": ex["full"],
-          "analysis": [json.loads(a) for a in _texts(ex["analysis"])], "paraphrases": _texts(ex["paraphrases"])
+          "analysis": [bytes(a).decode() for a in ex["analysis"]], "paraphrases": _texts(ex["paraphrases"])
       }
     rid = _texts(lookup(ex, self.keys["id"]))[0] if self.keys["id"] else str(index)
     where = f"{self.name} {self.split} record {index} ({self.keys['id'] or 'index'} {rid})"

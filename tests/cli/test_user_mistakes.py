@@ -48,6 +48,10 @@ MAIN_MISTAKES = {  # case → (arguments after --workdir, what the one line says
     "unknown tie rule": (["--config=clic:runlocal", "--config.evals.tie=loose"],
                          "config problem: evals.tie 'loose': use one of ('strict', 'lenient')"),
     "stray argument": (["--config=clic:runlocal", "train"], "unexpected arguments: ['train']"),
+    "TFDS dataset not in its data_dir": (["--config=read:runlocal", "--config.data.source=tfds",
+                                          "--config.data.tfds_data_dir={fixtures}"],
+                                         "TFDS dataset coco_captions/2014:1.1.0: no {fixtures}/coco_captions/2014/"
+                                         "1.1.0/dataset_info.json; {fixtures}/coco_captions/2014 does not exist"),
     "unknown flag": (["--config=clic:runlocal", "--workdirr=x"], "Unknown command line flag 'workdirr'"),
 }
 
@@ -56,6 +60,7 @@ MAIN_MISTAKES = {  # case → (arguments after --workdir, what the one line says
 def test_training_mistakes_are_one_line(case, tmp_path):
   args, says = MAIN_MISTAKES[case]
   args = [a.format(fixtures=paths.FIXTURES) for a in args]
+  says = says.format(fixtures=paths.FIXTURES)
   _one_line_refusal(_run("main", f"--workdir={tmp_path / 'w'}", *args), says, tmp_path / "w")
 
 
