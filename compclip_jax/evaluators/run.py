@@ -33,9 +33,22 @@ def config_errors(e) -> list[str]:
   if e.source == "synthetic":
     return errors + ([] if e.synthetic_size > 0 else
                      [f"evals.synthetic_size {e.synthetic_size}: need ≥ 1 benchmark scene"])
+  if e.get("coco_tfds"):
+    from compclip_jax.data.tfds_source import TfdsError, dataset_dir  # pylint: disable=import-outside-toplevel
+    try:
+      dataset_dir(e.coco_tfds, e.tfds_data_dir)
+    except TfdsError as err:
+      errors.append(f"evals.coco_tfds: {err}")
+  if all(b in tfds_benchmarks(e) for b in e.benchmarks):
+    return errors
   return errors + [
       f"evals.{k} {e[k]!r} is not a directory" for k in ("data_dir", "image_dir") if not os.path.isdir(e[k])
   ]
+
+
+def tfds_benchmarks(e) -> dict[str, tuple[str, str]]:
+  """{benchmark: (TFDS dataset, data_dir)} of a config's `evals` section: what `run_benchmarks(tfds=…)` takes."""
+  return {"coco_retrieval": (e.coco_tfds, e.tfds_data_dir)} if e.get("coco_tfds") else {}
 
 
 def benchmark_dirs(e, workdir: str, seed: int, process_index: int = 0,

@@ -116,8 +116,10 @@ def base(method: Method) -> ml_collections.ConfigDict:
   # overridden from the command line: --config.evals.benchmarks='("valse",)'. evals.source: "files"
   # (evals.data_dir / image_dir) or "synthetic": the synthetic world's held-out benchmarks (evals.synthetic_size
   # scenes seeded by seed + 1000), written once into evals.data_dir (default <workdir>/world/benchmarks).
+  # evals.coco_tfds (+ evals.tfds_data_dir): coco_retrieval from that TFDS dataset's split test, e.g.
+  # "coco_captions/2014:1.1.0" (evaluators/retrieval.py; data_dir / image_dir then only for the other benchmarks)
   c.evals = dict(benchmarks=(), every_steps=0, source="files", data_dir="", image_dir="", synthetic_size=0,
-                 tie="strict", batch_size=64)
+                 tie="strict", batch_size=64, coco_tfds="", tfds_data_dir="")
   for s in method.sections:
     c[s.name] = s.defaults()
   return c

@@ -278,7 +278,8 @@ def make_evaluator(c, t: Trainer, workdir: str, writer: MetricWriter):
     if encoder is None:
       encoder = Encoder(clip, t.model.tokenizer, pre, c.evals.batch_size, t.mesh, progress=False)
     encoder.set_params(clip)
-    results = evaluation.run_benchmarks(encoder, list(c.evals.benchmarks), data_dir, image_dir, c.evals.tie)
+    results = evaluation.run_benchmarks(encoder, list(c.evals.benchmarks), data_dir, image_dir, c.evals.tie,
+                                        tfds=evaluation.tfds_benchmarks(c.evals))
     flat = {
         f"eval/{b}/{k}": v for b, r in results.items() for k, v in r["metrics"].items() if isinstance(v, (int, float))
     }

@@ -165,8 +165,15 @@ def _tfds_overrides(data, dataset):
 def test_coco_captions_from_tfds_trains_without_tensorflow(tmp_path, tfds_data, method):
   """READ's paper data (COCO Karpathy train + restval here; paraphrases joined by image/id) and NegCLIP from TFDS
   (CLIC from TFDS: the SIGKILL test below). Nothing imports TensorFlow."""
-  last = train.run(_cfg(method, total_steps=3, **_tfds_overrides(tfds_data, "coco")), str(tmp_path))
+  evals = {  # COCO retrieval from TFDS's split test, in the trainer's evaluations
+      "evals.benchmarks": ("coco_retrieval",), "evals.source": "files", "evals.coco_tfds": "coco_captions/2014:1.1.0",
+      "evals.tfds_data_dir": str(tfds_data["coco"])
+  } if method == "read" else {}
+  last = train.run(_cfg(method, total_steps=3, **_tfds_overrides(tfds_data, "coco"), **evals), str(tmp_path))
   assert np.isfinite(last["loss"]) and (tmp_path / "export" / "hf" / "model.safetensors").exists()
+  if evals:
+    texts = [m["eval/coco_retrieval/texts"] for m in _metrics(tmp_path) if "eval/coco_retrieval/texts" in m]
+    assert texts == [40, 40], texts  # before and after training: 8 test images × 5 captions
   assert not [m for m in sys.modules if m.split(".")[0] == "tensorflow"]
 
 
