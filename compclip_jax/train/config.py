@@ -98,10 +98,12 @@ def base(method: Method) -> ml_collections.ConfigDict:
   c.num_epochs = 1.0
   c.total_steps = 0  # 0: from num_epochs × records / batch_size
   # schedule "warmup_frac_cosine": linear start_lr → lr over warmup_frac of the steps, then cosine to end_lr;
-  # "warmup_steps_cosine": linear 0 → lr over warmup_steps, then cosine to 0; "constant"
+  # "warmup_steps_cosine": linear 0 → lr over warmup_steps, then cosine to 0; "constant". clamp_logit_scale: clip
+  # logit_scale to [0, ln 100] after every update (open_clip's training; what one reference intends but, acting on a
+  # copy, does not do: off, as the references train; docs/fidelity.md row 13)
   c.optim = dict(schedule="warmup_frac_cosine", lr=1e-6, start_lr=1e-7, end_lr=1e-8, warmup_frac=0.2, warmup_steps=50,
                  b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, trainable=CLIP_TEXT, frozen=CLIP_VISION,
-                 decay=DECAY_2D, no_decay=NO_DECAY_2D)
+                 decay=DECAY_2D, no_decay=NO_DECAY_2D, clamp_logit_scale=False)
   c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
   # asynchronous: orbax writes a checkpoint in the background once it is on the host (train/checkpointing.py)
   c.checkpoint = dict(every_steps=200, keep=3, asynchronous=True)

@@ -7,6 +7,7 @@ Frozen parameters get no optimiser state at all (the optimiser only ever sees th
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable, Sequence
 
@@ -82,6 +83,20 @@ def make_optimizer(schedule: optax.Schedule, decay_mask, cfg) -> optax.GradientT
   chain = [optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip else []
   chain.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask))
   return optax.chain(*chain)
+
+
+# open_clip's training clamp of the logit scale (log of the softmax temperature's inverse): [0, ln 100]
+LOGIT_SCALE_RANGE = (0.0, math.log(100))
+
+
+def clamp_logit_scale(trainable, low: float = LOGIT_SCALE_RANGE[0], high: float = LOGIT_SCALE_RANGE[1]):
+  """The trainable nnx.State with every `logit_scale` parameter clipped to [low, high] after an update
+  (`optim.clamp_logit_scale`): what one reference's `logit_scale.data.clamp_(0, 4.6052)` intends. That line acts on
+  a copy, so the references train unclamped: the default here too (docs/fidelity.md, row 13)."""
+  def clamp(path, x):
+    return jax.numpy.clip(x, low, high).astype(x.dtype) if tree_path_str(path).endswith("logit_scale") else x
+
+  return jax.tree_util.tree_map_with_path(clamp, trainable)
 
 
 def decay_mask_tree(trainable_state, groups: dict[str, str]):

@@ -15,6 +15,7 @@ import optax
 from flax import nnx
 
 from compclip_jax.methods.base import StepKind
+from compclip_jax.train import optim
 
 
 @flax.struct.dataclass
@@ -38,6 +39,8 @@ def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransfor
     (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.trainable)
     updates, opt_state = tx.update(grads, state.opt_state, state.trainable)
     trainable = optax.apply_updates(state.trainable, updates)
+    if c.optim.get("clamp_logit_scale"):
+      trainable = optim.clamp_logit_scale(trainable)
     metrics = {
         **metrics, "lr": schedule(state.step), "grad_norm": optax.global_norm(grads),
         "param_norm": optax.global_norm(trainable)

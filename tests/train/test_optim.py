@@ -103,3 +103,34 @@ def test_adamw_matches_torch(clip):
     topt.step()
   np.testing.assert_allclose(np.asarray(p["kernel"]), tk.detach().numpy(), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(np.asarray(p["bias"]), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_clamp_logit_scale_clips_the_parameter_after_the_update_only_when_asked():
+  """optim.clamp_logit_scale (docs/fidelity.md row 13): one step of the real step function with a learning rate that
+  drives logit_scale past ln 100 — clamped with the switch, unclamped without (the references' behaviour); every
+  other parameter is the same either way."""
+  from compclip_jax import methods
+  from compclip_jax.train import sharding, state, steps
+  from configs import clip as clip_config_file
+  out = {}
+  for on in (False, True):
+    c = clip_config_file.get_config("runlocal")
+    c.optim.schedule, c.optim.lr, c.optim.weight_decay = "constant", 100.0, 0.0  # Adam's first step moves each by lr
+    c.optim.clamp_logit_scale = on
+    method = methods.get(c.method)
+    model = state.build_model(c, method)
+    st = state.build_state(c, model, sharding.make_mesh(-1, 1), 10)
+    kind = method.step_kinds(c)[0]
+    size = model.clip_cfg.vision.image_size
+    batch = {k: np.zeros(shape, dtype) for k, (shape, dtype) in kind.batch_shapes(8, size, 8).items()}
+    batch["ids"][..., 0], batch["ids"][..., 1] = 49406, 49407  # start and end tokens
+    batch["image"] = np.random.default_rng(0).integers(0, 256, batch["image"].shape, dtype=np.uint8)
+    step = steps.make_step(kind, st.graphdef, st.tx, st.schedule, ((0.5,) * 3, (0.25,) * 3), c)
+    new, _ = jax.jit(step)(st.state, st.frozen, batch)
+    out[on] = {params.tree_path_str(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(new.trainable)}
+  assert abs(out[False]["logit_scale"]) > 50  # moved by ~lr: far outside [0, ln 100]
+  assert 0.0 <= out[True]["logit_scale"] <= math.log(100) and out[True]["logit_scale"] in (0.0, np.float32(
+      math.log(100)))
+  for k in out[False]:
+    if k != "logit_scale":
+      np.testing.assert_array_equal(out[True][k], out[False][k], err_msg=k)
