@@ -87,6 +87,8 @@ def remat_policy_fn(name: str):
 def activation(name: str, x: jax.Array) -> jax.Array:
   if name == "quick_gelu":
     return x * jax.nn.sigmoid(1.702 * x)
+  if name == "gelu_pytorch_tanh":  # SigLIP's: the tanh approximation
+    return jax.nn.gelu(x, approximate=True)
   return jax.nn.gelu(x, approximate=False)  # HF "gelu" is the exact erf form
 
 
