@@ -68,8 +68,9 @@ def _tfds() -> dict[str, tuple[str, str]]:
     return {}
   if not _TFDS_DIR.value:
     raise UserError("--coco_tfds needs --tfds_data_dir: the folder TFDS prepared the dataset into (local or gs://)")
-  from compclip_jax.data.tfds_source import dataset_dir  # pylint: disable=import-outside-toplevel
-  dataset_dir(_COCO_TFDS.value, _TFDS_DIR.value)  # a wrong name, version or folder: one line now
+  from compclip_jax.evaluators.retrieval import check_tfds  # pylint: disable=import-outside-toplevel
+  for problem in check_tfds(_COCO_TFDS.value, _TFDS_DIR.value):  # name, version, folder, split, features: now
+    raise UserError(f"--coco_tfds: {problem}")
   return {"coco_retrieval": (_COCO_TFDS.value, _TFDS_DIR.value)}
 
 

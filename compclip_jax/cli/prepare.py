@@ -46,7 +46,7 @@ _OUTPUT_FORMAT = flags.DEFINE_enum(
     "format", "prepared", ["prepared", "tfds"], "prepared: this project's ArrayRecord layout (data.source=prepared); "
     "tfds: the same records as a TFDS dataset <out>/<tfds_name>/1.0.0, split train (data.source=tfds; readable by "
     "tfds.builder_from_directory without TensorFlow).")
-_TFDS_NAME = flags.DEFINE_string("tfds_name", "compclip_prepared", "--format=tfds: the dataset's name.")
+_TFDS_NAME = flags.DEFINE_string("tfds_name", None, "--format=tfds: the dataset's name (default compclip_prepared).")
 _REBUILD = flags.DEFINE_bool(
     "rebuild", False, "--out holds a prepared dataset of other inputs or options: delete "
     "the files prepare wrote there and start again.")
@@ -64,6 +64,8 @@ def _check_flags(argv) -> None:
       raise UserError(f"--{flag.name} {flag.value} is not a file")
   if not os.path.isdir(_ROOT.value):
     raise UserError(f"--image_root {_ROOT.value} is not a folder")
+  if _TFDS_NAME.value and _OUTPUT_FORMAT.value != "tfds":
+    raise UserError("--tfds_name names the dataset --format=tfds writes: add --format=tfds")
   if not 0 <= _MAX_SKIP.value <= 1:  # as data.max_skip_fraction (1: refuse only an input with no usable row)
     raise UserError(f"--max_skip_fraction {_MAX_SKIP.value}: give a fraction in [0, 1]")
 
@@ -92,7 +94,7 @@ def main(argv):
         options=options,
         max_skip_fraction=_MAX_SKIP.value,
         progress=sys.stderr.isatty(),  # no bar in a log
-        tfds_name=_TFDS_NAME.value if _OUTPUT_FORMAT.value == "tfds" else None)
+        tfds_name=(_TFDS_NAME.value or "compclip_prepared") if _OUTPUT_FORMAT.value == "tfds" else None)
   except (ValueError, OSError) as e:  # user errors: bad flags, unreadable inputs, a mismatching --out
     if os.environ.get("COMPCLIP_TRACEBACK"):
       raise

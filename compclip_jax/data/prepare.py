@@ -29,6 +29,7 @@ import math
 import multiprocessing as mp
 import os
 import re
+import shutil
 import sys
 from typing import Sequence
 
@@ -112,7 +113,7 @@ def _check_or_clear(out: str, want: dict, rebuild: bool) -> None:
   the files a previous prepare wrote there (only those)."""
   own = _own_files(out)
   path = os.path.join(out, MANIFEST)
-  problem = None
+  problem, have = None, None
   if os.path.exists(path):
     try:
       with open(path, encoding="utf-8") as f:
@@ -134,7 +135,11 @@ def _check_or_clear(out: str, want: dict, rebuild: bool) -> None:
   # prepared.json first: a folder being rebuilt must never look finished
   for name in sorted(own, key=lambda n: n != PREPARED_META):
     os.remove(os.path.join(out, name))
-  print(f"rebuild: deleted {len(own)} files prepare had written to {out}", file=sys.stderr)
+  dataset = (have.get("output") or {}).get("name") if isinstance(have, dict) else None
+  if dataset and os.path.isdir(os.path.join(out, dataset)):  # the TFDS dataset an earlier --format=tfds made
+    shutil.rmtree(os.path.join(out, dataset))
+  print(f"rebuild: deleted {len(own)} files prepare had written to {out}{f' and {dataset}/' if dataset else ''}",
+        file=sys.stderr)
 
 
 def write_shard(out: str, k: int, rows: Sequence[dict], image_size: int, image_format: str, tagger: SpacyTagger,
@@ -201,6 +206,7 @@ def prepare(source, out: str, image_size: int = 224, shard_size: int = 2000, wor
   encode = encode_record
   if tfds_name:  # only then: the manifests of prepared-format folders stay as they were (they resume)
     _check_tfds_name(tfds_name)
+    tfds_source.prepared_features(image_format)  # tensorflow-datasets is there (else one line), before any write
     want["output"] = {"format": "tfds", "name": tfds_name}
     encode = tfds_source.PreparedEncoder(image_format)
   os.makedirs(out, exist_ok=True)
@@ -268,7 +274,7 @@ def _check_skipped(out: str, skipped: list[dict], kept: int, limit: float) -> No
 
 def _finish(source, out: str, n_shards: int, want: dict, max_skip_fraction: float = MAX_SKIP_FRACTION) -> dict:
   wide, skipped = [], [{"id": r.where, "reason": r.reason, "detail": r.detail} for r in source.rejected]
-  shards, transparent = [], 0
+  shards, shard_counts, transparent = [], [], 0
   for k in range(n_shards):
     with open(os.path.join(out, f"shard-{k:05d}.json")) as f:
       s = json.load(f)
@@ -278,6 +284,7 @@ def _finish(source, out: str, n_shards: int, want: dict, max_skip_fraction: floa
     transparent = None if transparent is None or "transparent" not in s else transparent + s["transparent"]
     if s["count"]:
       shards.append(_shard_name(k))
+      shard_counts.append(s["count"])
   with open(os.path.join(out, "orientation.npy.tmp"), "wb") as f:
     np.save(f, np.asarray(wide, np.int8))
   os.replace(os.path.join(out, "orientation.npy.tmp"), os.path.join(out, "orientation.npy"))
@@ -285,10 +292,6 @@ def _finish(source, out: str, n_shards: int, want: dict, max_skip_fraction: floa
     f.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in skipped)
   os.replace(os.path.join(out, "skipped.jsonl.tmp"), os.path.join(out, "skipped.jsonl"))
   _check_skipped(out, skipped, len(wide), max_skip_fraction)
-  shard_counts = []
-  for k in range(n_shards):
-    with open(os.path.join(out, f"shard-{k:05d}.json")) as f:
-      shard_counts += [json.load(f)["count"]] if _shard_name(k) in shards else []
   output = want.get("output")
   if output:
     tfds_source.write_prepared_dataset(out, output["name"], shards, shard_counts, np.asarray(wide, np.int8),

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import shutil
 from typing import Sequence
 
 import numpy as np
@@ -46,6 +47,13 @@ def tfds_module():
   return tfds
 
 
+def info_path(name: str, data_dir: str) -> str:
+  """Where `name[/config]:version`'s dataset_info.json lies under `data_dir` (unchecked; a run's fingerprint records
+  that file, so a dataset rewritten in place shows as a change)."""
+  base, _, version = name.partition(":")
+  return os.path.join(data_dir, base, version, "dataset_info.json")
+
+
 def dataset_dir(name: str, data_dir: str) -> str:
   """`name[/config]:version` under `data_dir` → the folder holding its dataset_info.json; TfdsError when the name has
   no version or the folder is not there (with the versions that are)."""
@@ -59,8 +67,13 @@ def dataset_dir(name: str, data_dir: str) -> str:
     raise TfdsError(f"TFDS dataset {name}: no data_dir given (data.tfds_data_dir / --tfds_data_dir): the folder "
                     "TFDS prepared it into, e.g. ~/tensorflow_datasets or gs://bucket/tensorflow_datasets")
   root = epath.Path(data_dir)
-  if not root.is_dir():
-    raise TfdsError(f"TFDS data_dir {data_dir} is not a folder (for gs:// paths install gcsfs)")
+  try:
+    is_dir = root.is_dir()
+  except (ImportError, OSError) as e:  # gs:// without gcsfs, no credentials, …
+    raise TfdsError(f"TFDS data_dir {data_dir} cannot be opened ({' '.join(str(e).split())}); gs:// paths need "
+                    "`pip install gcsfs`") from None
+  if not is_dir:
+    raise TfdsError(f"TFDS data_dir {data_dir} is not a folder")
   folder = root / base / version
   if not (folder / "dataset_info.json").exists():
     parent = root / base
@@ -71,15 +84,17 @@ def dataset_dir(name: str, data_dir: str) -> str:
   return os.fspath(folder)
 
 
-def feature_paths(features) -> list[str]:
-  """Every leaf feature of a FeaturesDict as a key path: `image`, `image/id`, `captions/text`, …"""
-  out = []
+def feature_paths(features, in_sequence: bool = False) -> dict[str, tuple]:
+  """{key path: (leaf feature, whether a Sequence holds it)} of a FeaturesDict: `image`, `image/id`,
+  `captions/text` (a text inside the `captions` sequence), …"""
+  out = {}
   for key, f in features.items():
     inner = getattr(f, "feature", f)  # a Sequence's element
+    seq = in_sequence or inner is not f
     if hasattr(inner, "items"):
-      out += [f"{key}/{p}" for p in feature_paths(inner)]
+      out |= {f"{key}/{p}": leaf for p, leaf in feature_paths(inner, seq).items()}
     else:
-      out.append(key)
+      out[key] = (inner, seq)
   return out
 
 
@@ -108,6 +123,11 @@ def _texts(value) -> list[str]:
   return out
 
 
+def _id(value) -> str:
+  """An id feature's value (int, or text as bytes) → str, as stored (no whitespace clean-up)."""
+  return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def split_sentences(texts: Sequence[str]) -> list[str]:
   """Dense captions → sentences, cut after '.', '!' or '?' followed by whitespace (`data.tfds_split_sentences`)."""
   return [s for t in texts for s in _SENTENCE_END.split(t) if s]
@@ -128,26 +148,14 @@ class TfdsSource:
     self.name, self.data_dir, self.split = name, data_dir, split
     self.keys = {"image": image_key, "captions": captions_key, "id": id_key}
     self.paraphrases, self.lowercase, self.split_sentences = paraphrases or {}, lowercase, sentences
-    self.path = dataset_dir(name, data_dir)  # `path`: what the run's skip report and fingerprint name
+    self.path = dataset_dir(name, data_dir)  # `path`: what the run's skip report names
     tfds = tfds_module()
     self.builder = tfds.builder_from_directory(self.path)
     self.features = self.builder.info.features
-    have = feature_paths(self.features)
     self.prepared = all(k in self.features for k in PREPARED_FEATURES)
     if not self.prepared:
-      for what, key in self.keys.items():
-        if key and key not in have:
-          raise TfdsError(f"TFDS dataset {name}: no feature {key!r} (data.tfds_{what}_key); its features are "
-                          f"{', '.join(sorted(have))}")
-    skip = self.prepared and ("half", "full") or (image_key,)
-    decoders = {}
-    for key in skip:
-      _nest(decoders, key, self.features, tfds.decode.SkipDecoding())
-    try:
-      self._ds = self.builder.as_data_source(split, decoders=decoders)
-    except (ValueError, KeyError) as e:
-      raise TfdsError(f"TFDS dataset {name}: split {split!r} cannot be read ({e}); its splits are "
-                      f"{', '.join(self.builder.info.splits)} (sub-splits as 'train[:10%]' work too)") from None
+      _check_keys(name, self.features, self.keys)
+    self._ds = _open_split(self.builder, name, split, self.prepared and ("half", "full") or (image_key,))
     self.rejected = []
     self._wide = None
 
@@ -178,10 +186,12 @@ class TfdsSource:
     ex, index = raw["example"], raw["index"]
     if self.prepared:
       return {
-          "id": _texts(ex["id"])[0], "sentences": _texts(ex["sentences"]), "half": ex["half"], "full": ex["full"],
-          "analysis": [bytes(a).decode() for a in ex["analysis"]], "paraphrases": _texts(ex["paraphrases"])
+          "id": _id(ex["id"]) or str(index), "sentences": _texts(ex["sentences"]), "half": ex["half"],
+          "full": ex["full"], "analysis": [bytes(a).decode() for a in ex["analysis"]],
+          "paraphrases": _texts(ex["paraphrases"])
       }
-    rid = _texts(lookup(ex, self.keys["id"]))[0] if self.keys["id"] else str(index)
+    rid = _id(lookup(ex, self.keys["id"])) if self.keys["id"] else ""
+    rid = rid or str(index)  # an empty id: the record's index
     where = f"{self.name} {self.split} record {index} ({self.keys['id'] or 'index'} {rid})"
     sentences = _texts(lookup(ex, self.keys["captions"]))
     if self.split_sentences:
@@ -203,7 +213,7 @@ class TfdsSource:
   def label_and_captions(self, i: int) -> tuple[str, list[str]]:
     """(its `image/filename`, else its index; every caption as stored, decoded) of record `i`."""
     ex = self._ds[int(i)]
-    label = _texts(ex["image/filename"])[0] if "image/filename" in ex else str(i)
+    label = (_id(ex["image/filename"]) if "image/filename" in ex else "") or str(i)
     caps = lookup(ex, self.keys["captions"])
     caps = caps if isinstance(caps, (list, tuple, np.ndarray)) else [caps]
     return label, [c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in caps]
@@ -213,10 +223,12 @@ class TfdsSource:
     """Orientation per record (1 wide, 0 tall, -1 unreadable), for CLIC's partner buckets: the prepared dataset's
     saved array for a whole split, else read from every record's image header on first use (one pass)."""
     if self._wide is None:
-      saved = os.path.join(self.path, PREPARED_ORIENTATION.format(split=self.split))
-      if self.prepared and os.path.exists(saved):
-        self._wide = np.load(saved)
-      else:
+      from etils import epath  # pylint: disable=import-outside-toplevel
+      saved = epath.Path(self.path) / PREPARED_ORIENTATION.format(split=self.split)
+      if self.prepared and saved.exists():
+        with saved.open("rb") as f:
+          self._wide = np.load(f)
+      if self._wide is None or len(self._wide) != len(self):  # a sub-split, or no saved array: one pass
         self._wide = np.array([self._orientation(i) for i in range(len(self))], np.int8)
     return self._wide
 
@@ -230,6 +242,42 @@ class TfdsSource:
         return int(orientation(*im.size) == "wide")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
       return -1
+
+
+def _check_keys(name: str, features, keys: dict[str, str]) -> None:
+  """TfdsError for a key that is no feature (listing those there are), an image key that is no encoded image or
+  lies inside a sequence (one image per record), or a captions key that is no text."""
+  have = feature_paths(features)
+  listing = f"its features are {', '.join(sorted(have))}"
+  for what, key in keys.items():
+    if key and key not in have:
+      raise TfdsError(f"TFDS dataset {name}: no feature {key!r} (data.tfds_{what}_key); {listing}")
+  leaf, in_seq = have[keys["image"]]
+  if type(leaf).__name__ != "Image" or in_seq:
+    raise TfdsError(f"TFDS dataset {name}: feature {keys['image']!r} (data.tfds_image_key) is "
+                    f"{'inside a sequence' if in_seq else type(leaf).__name__}, not one encoded image per record; "
+                    f"{listing}")
+  if getattr(have[keys["captions"]][0], "np_dtype", None) not in (object, np.object_, np.str_):  # (`.dtype` is TF's)
+    raise TfdsError(f"TFDS dataset {name}: feature {keys['captions']!r} (data.tfds_captions_key) is no text; "
+                    f"{listing}")
+
+
+def _open_split(builder, name: str, split: str, images: Sequence[str]):
+  """`builder`'s split as a random-access source, the `images` features left encoded; TfdsError when the split
+  does not exist or the dataset is not stored as ArrayRecord (TFRecord needs TensorFlow)."""
+  tfds = tfds_module()
+  fmt = str(getattr(builder.info, "file_format", "") or "")
+  if fmt and "array_record" not in fmt.lower():
+    raise TfdsError(f"TFDS dataset {name} is stored as {fmt.split('.')[-1].lower()}, which only TensorFlow reads: "
+                    "prepare it with file_format='array_record' (`tfds build NAME --file_format=array_record`)")
+  decoders = {}
+  for key in images:
+    _nest(decoders, key, builder.info.features, tfds.decode.SkipDecoding())
+  try:
+    return builder.as_data_source(split, decoders=decoders)
+  except (ValueError, KeyError, NotImplementedError) as e:
+    raise TfdsError(f"TFDS dataset {name}: split {split!r} cannot be read ({' '.join(str(e).split())}); its splits "
+                    f"are {', '.join(builder.info.splits)} (sub-splits as 'train[:10%]' work too)") from None
 
 
 def _nest(decoders: dict, path: str, features, value) -> None:
@@ -267,7 +315,11 @@ class PreparedEncoder:
   def __getstate__(self):
     return {"image_format": self.image_format, "_features": None}
 
-  def __call__(self, rec_id, sentences, half, full, analysis, paraphrases=(), image_format="PNG") -> bytes:
+  def __call__(self, rec_id, sentences, half, full, analysis, paraphrases=(), image_format: str | None = None) -> bytes:
+    """The arguments of `sources.encode_record` → the example's bytes; images in this encoder's format, which its
+    features declare (`image_format`, for the same signature, is the one prepare passes: the same)."""
+    del image_format
+    image_format = self.image_format
     from compclip_jax.data.sources import encode_image  # pylint: disable=import-outside-toplevel
     if self._features is None:
       self._features = prepared_features(self.image_format)
@@ -296,12 +348,12 @@ def write_prepared_dataset(out: str, name: str, shards: Sequence[str], counts: S
     link = os.path.join(folder, f"{prefix}{k:05d}-of-{len(shards):05d}")
     try:
       os.link(os.path.join(out, shard), link)  # no second copy of the data
-    except OSError:
-      import shutil  # pylint: disable=import-outside-toplevel
+    except OSError:  # a file system without hard links
       shutil.copyfile(os.path.join(out, shard), link)
   size = sum(os.path.getsize(os.path.join(out, s)) for s in shards)
   split = tfds.core.SplitInfo(name=PREPARED_SPLIT, shard_lengths=list(counts), num_bytes=size, filename_template=None)
+  np.save(os.path.join(folder, PREPARED_ORIENTATION.format(split=PREPARED_SPLIT)), np.asarray(wide, np.int8))
+  # last: dataset_info.json is what makes the folder a dataset
   tfds.folder_dataset.write_metadata(data_dir=folder, features=prepared_features(image_format), split_infos=[split],
                                      filename_template=template, description=description, check_data=False)
-  np.save(os.path.join(folder, PREPARED_ORIENTATION.format(split=PREPARED_SPLIT)), np.asarray(wide, np.int8))
   return folder

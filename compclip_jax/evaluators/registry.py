@@ -68,8 +68,6 @@ def resolve(names: list[str], data_dir: str, image_dir: str,
   tfds = tfds or {}
   if names != ["all"] and all(n in tfds for n in names):
     return names, {}
-  if not data_dir and tfds and names == ["all"]:
-    return list(tfds), {n: "no --data_dir given" for n in BENCHMARKS if n not in tfds}
   if not os.path.isdir(data_dir or ""):
     raise BenchmarkError(f"--data_dir {data_dir} is not a folder: give the folder that holds one folder per "
                          f"benchmark ({', '.join(sorted({b.needs.split('/')[0] for b in BENCHMARKS.values()}))})")

@@ -49,6 +49,18 @@ def load_retrieval_tfds(name: str, data_dir: str, dataset: str = "coco", split: 
   return _task(dataset, pairs)
 
 
+def check_tfds(name: str, data_dir: str, dataset: str = "coco") -> list[str]:
+  """The problems of reading retrieval from TFDS `name` in `data_dir` (the split and features of `TFDS_DEFAULTS`),
+  found by opening the split (its metadata only): [] or one line."""
+  from compclip_jax.data.tfds_source import TfdsError, TfdsSource  # pylint: disable=import-outside-toplevel
+  _, split, image_key, captions_key = TFDS_DEFAULTS[dataset]
+  try:
+    TfdsSource(name, data_dir, split, image_key, captions_key, id_key="")
+  except TfdsError as e:
+    return [str(e)]
+  return []
+
+
 def _task(dataset: str, pairs: Sequence[tuple[ImageRef, list[str]]]) -> Task:
   images, texts = Index(), Index()
   text_image = []

@@ -34,11 +34,8 @@ def config_errors(e) -> list[str]:
     return errors + ([] if e.synthetic_size > 0 else
                      [f"evals.synthetic_size {e.synthetic_size}: need ≥ 1 benchmark scene"])
   if e.get("coco_tfds"):
-    from compclip_jax.data.tfds_source import TfdsError, dataset_dir  # pylint: disable=import-outside-toplevel
-    try:
-      dataset_dir(e.coco_tfds, e.tfds_data_dir)
-    except TfdsError as err:
-      errors.append(f"evals.coco_tfds: {err}")
+    from compclip_jax.evaluators.retrieval import check_tfds  # pylint: disable=import-outside-toplevel
+    errors += [f"evals.coco_tfds: {err}" for err in check_tfds(e.coco_tfds, e.tfds_data_dir)]
   if all(b in tfds_benchmarks(e) for b in e.benchmarks):
     return errors
   return errors + [

@@ -20,6 +20,7 @@ import os
 import socket
 import time
 
+from compclip_jax.data import tfds_source
 from compclip_jax.errors import UserError
 
 RUN_FILE, CONFIG_FILE, LOCK_FILE = "run.json", "config.json", "lock.json"
@@ -123,7 +124,9 @@ def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_rec
   flat["optim.trainable_set"] = {"count": len(trainable), "digest": _digest(sorted(trainable))}
   for key in [k for k in flat if k == "init" or k.endswith(".init")]:  # model.init, a method's own checkpoints
     flat[f"{key}_files"] = file_identity(flat[key])
-  if c["data"]["source"] != "synthetic":  # a synthetic world is defined by its size and seed, compared above
+  if c["data"]["source"] == "tfds":  # a TFDS dataset: its dataset_info.json (rewritten when the data is)
+    flat["data.files"] = file_identity(tfds_source.info_path(c["data"]["tfds_name"], c["data"]["tfds_data_dir"]))
+  elif c["data"]["source"] != "synthetic":  # a synthetic world is defined by its size and seed, compared above
     flat["data.files"] = file_identity(c["data"]["path"])
   flat["data.records"] = int(data_records)
   return _jsonable(flat)

@@ -88,6 +88,16 @@ def test_bad_records_are_skips_with_their_reason(coco):
   }
 
 
+def test_a_tfrecord_dataset_says_it_needs_array_record(coco, tmp_path):
+  """TFDS's default format, TFRecord, needs TensorFlow to read: one line saying how to store it instead."""
+  import shutil
+  shutil.copytree(coco[0] / "coco_captions", tmp_path / "coco_captions")
+  info = tmp_path / "coco_captions" / "2014" / "1.1.0" / "dataset_info.json"
+  info.write_text(info.read_text().replace('"array_record"', '"tfrecord"'))
+  (err,) = source_config.config_errors(_data_section(tfds_data_dir=str(tmp_path)))
+  assert "is stored as tfrecord, which only TensorFlow reads" in err and "--file_format=array_record" in err, err
+
+
 def test_without_tfds_installed_a_tfds_source_is_one_line_with_the_install_command(coco, monkeypatch):
   monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import fails as if it were not installed
   assert source_config.config_errors(_data_section(tfds_data_dir=str(coco[0]))) == [
@@ -229,7 +239,14 @@ def test_prepare_format_tfds_is_a_tfds_dataset(coco, tmp_path, tagger):
     assert samples.analyses(rec, every, None) == samples.analyses(want, every, None)
     np.testing.assert_array_equal(samples.half_image(rec, 32), samples.half_image(want, 32))
     np.testing.assert_array_equal(samples.eval_image(rec, 32), samples.eval_image(want, 32))
-  np.testing.assert_array_equal(np.sort(ts.wide), np.sort(ps.wide))
+  wide_p = {ps.materialize(ps[i])["id"]: ps.wide[i] for i in range(len(ps))}
+  assert {ts.materialize(ts[i])["id"]: ts.wide[i] for i in range(len(ts))} == wide_p  # record by record
+  # a rerun resumes (nothing to do); --rebuild with other options replaces the TFDS dataset, not a stale copy
+  assert prepare(src, str(tmp_path / "tfds"), tfds_name="my_coco", **kw)["records"] == meta_p["records"]
+  prepare(src, str(tmp_path / "tfds"), tfds_name="other", rebuild=True, **{**kw, "image_size": 48})
+  assert not (tmp_path / "tfds" / "my_coco").exists()
+  other = TfdsSource("other:1.0.0", str(tmp_path / "tfds"), "train")
+  assert samples.eval_image(other.materialize(other[0]), 48).shape == (48, 48, 3)
   with pytest.raises(ValueError, match="holds a TFDS dataset.*data.source=tfds"):
     PreparedSource(str(tmp_path / "tfds"))
   _no_tensorflow()
