@@ -257,6 +257,14 @@ def new_value(key: str, value, renamed_values) -> object:
   return value
 
 
+# Keys added to the shared sections after runs were recorded, with the value that behaves as the code did before
+# (an older identity lacks them: read as these, it resumes without a difference).
+ADDED = {
+    **{f"data.{k}": v for k, v in _tfds_data().items()},  # 2026-12-03: data.source="tfds"
+    "optim.clamp_logit_scale": False,  # 2026-12-03: unclamped, as before
+}
+
+
 def migrate_flat(flat: dict, renamed: tuple[tuple[str, str], ...], renamed_values=(),
                  keep: set | None = None) -> tuple[dict, list]:
   """A flat {dotted key: value} (a recorded run identity) with older keys and values renamed; renamed keys not in
@@ -271,6 +279,9 @@ def migrate_flat(flat: dict, renamed: tuple[tuple[str, str], ...], renamed_value
       moved.append((k, new))
       k = new
     out[k] = new_value(k, v, renamed_values)
+  for k, v in ADDED.items():  # keys added since: the value that is how the code behaved before them
+    if keep is None or k in keep:
+      out.setdefault(k, v)
   return out, moved
 
 
