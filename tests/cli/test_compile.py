@@ -51,6 +51,40 @@ def test_collectives_are_counted_with_their_bytes():
   }
 
 
+def test_one_collective_split_by_async_collective_fusion_is_counted_once():
+  """libtpu fuses pieces of one all-gather into the compute it overlaps: each piece is an `all-gather` line with the
+  whole result and the collective's channel id (lines as libtpu writes them, shortened)."""
+  hlo = """
+  %all-gather.7 = bf16[4096,256]{1,0:T(8,128)(2,1)} all-gather(%param_0.1), channel_id=2, dimensions={0}
+  %all-gather.8 = bf16[4096,256]{1,0:T(8,128)(2,1)S(1)} all-gather(%param_0.2), channel_id=2, dimensions={0}
+  %all-gather.9 = bf16[4096,256]{1,0:T(8,128)(2,1)S(1)} all-gather(%param_0.3), channel_id=2, dimensions={0}
+  %all-gather.10 = f32[8,32]{1,0} all-gather(%param_0.4), channel_id=5, dimensions={0}
+  """
+  assert aot.collectives(hlo) == {"all-gather": {"count": 2, "bytes": 4096 * 256 * 2 + 8 * 32 * 4}}
+
+
+@pytest.mark.slow  # a TPU compile, 2 s
+@needs_libtpu
+def test_the_tpu_compilers_split_gather_is_one_all_gather():
+  """One all-gather that libtpu overlaps with independent work (a chain of local matmuls) and so splits into
+  pieces: counted once, with its bytes, as the program holds one gather of x."""
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+  sh = NamedSharding(Mesh(np.array(tpu.compile_only_devices("v5e:2x2")), ("data",)), PartitionSpec("data"))
+
+  def f(x, w):
+    for _ in range(8):  # local work the gather of x overlaps
+      w = jnp.tanh(w @ jnp.eye(256) * 1.01)
+    return jax.nn.logsumexp(w @ x.T, -1).sum()  # every row of x
+
+  x = jax.ShapeDtypeStruct((4096, 256), jnp.float32)
+  hlo = jax.jit(f, in_shardings=(sh, sh)).lower(x, x).compile().as_text()
+  assert hlo.count(" all-gather(") > 1  # the pieces this counts once (6 with libtpu 0.0.42.1)
+  assert aot.collectives(hlo)["all-gather"] == {"count": 1, "bytes": 4096 * 256 * 2}  # x, gathered in bf16
+
+
 def test_traffic_between_slices_is_counted_as_dcn():
   """Multi-slice: XLA compiles one slice's program, and what crosses to the other slice is a send to the megascale
   runtime (lines as libtpu writes them, shortened); its receives and the in-slice collectives are not DCN traffic."""
