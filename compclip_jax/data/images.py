@@ -148,12 +148,16 @@ class Preprocess:
   std: tuple[float, float, float] = OPENAI_STD
   resize: int | None = None  # shortest edge before the crop; None: `size` (resize = crop)
   resample: int = 3  # PIL.Image.Resampling code (BICUBIC)
+  # SigLIP's SiglipImageProcessor: the whole image resized to size × size (aspect not kept), no crop
+  squash: bool = False
   hf_config: dict | None = dataclasses.field(default=None, compare=False, repr=False)
 
   def resize_crop(self, img: Image.Image, premultiplied_alpha: bool = True) -> np.ndarray:
     """→ uint8 [size, size, 3]. Alpha as `finish_rgb` says: by default resized with the image (premultiplied by
     PIL) and dropped after the crop, as open_clip's eval transform (its RGB conversion comes last) — METHODS §1.4."""
     img = finish_rgb(img, premultiplied_alpha)
+    if self.squash:
+      return as_array(img.resize((self.size, self.size), Image.Resampling(self.resample)))
     edge = self.resize or self.size
     w, h = img.size
     short, long = (w, h) if w <= h else (h, w)
@@ -187,32 +191,49 @@ class Preprocess:
   def from_hf_dict(cls, d: dict, default_size: int, source: str = "preprocessor_config.json") -> "Preprocess":
     def bad(why):
       return ValueError(f"{source}: {why}; this project follows CLIPImageProcessor's shortest-edge resize + square "
-                        "centre crop + x/255 + mean/std only")
+                        "centre crop, or SiglipImageProcessor's square resize, + x/255 + mean/std only")
 
-    for key, want in (("do_resize", True), ("do_center_crop", True), ("do_rescale", True), ("rescale_factor", 1 / 255),
-                      ("do_normalize", True)):
+    # SiglipImageProcessor's config: size {"height", "width"} and no crop (nor, in the released files, its flag)
+    squash = "crop_size" not in d and isinstance(d.get("size"), dict) and "height" in d["size"]
+    for key, want in (("do_resize", True), ("do_center_crop", not squash), ("do_rescale", True),
+                      ("rescale_factor", 1 / 255), ("do_normalize", True)):
       if d.get(key, want) != want:
         raise bad(f"{key}={d[key]!r}")
-    crop = d.get("crop_size", default_size)
-    if isinstance(crop, dict):
-      if crop.get("height") != crop.get("width"):
-        raise bad(f"crop_size {crop} is not square")
-      crop = crop["height"]
-    size = d.get("size", {"shortest_edge": crop})
-    size = {"shortest_edge": size} if isinstance(size, int) else size
-    if set(size) != {"shortest_edge"}:
-      raise bad(f"size {size}")
+    if squash:  # SiglipImageProcessor: size {"height", "width"}, squashed
+      size = d.get("size", {"height": default_size, "width": default_size})
+      if not isinstance(size, dict) or set(size) != {"height", "width"} or size["height"] != size["width"]:
+        raise bad(f"size {size} (a square resize without a crop needs equal height and width)")
+      crop = edge = size["height"]
+    else:
+      crop = d.get("crop_size", default_size)
+      if isinstance(crop, dict):
+        if crop.get("height") != crop.get("width"):
+          raise bad(f"crop_size {crop} is not square")
+        crop = crop["height"]
+      size = d.get("size", {"shortest_edge": crop})
+      size = {"shortest_edge": size} if isinstance(size, int) else size
+      if set(size) != {"shortest_edge"}:
+        raise bad(f"size {size}")
+      edge = size["shortest_edge"]
     if crop != default_size:
-      raise ValueError(f"{source}: crop size {crop} differs from the model's image_size {default_size}")
-    edge = size["shortest_edge"]
+      raise ValueError(f"{source}: {'resize' if squash else 'crop'} size {crop} differs from the model's image_size "
+                       f"{default_size}")
     return cls(size=crop, mean=tuple(d.get("image_mean", OPENAI_MEAN)), std=tuple(d.get("image_std", OPENAI_STD)),
-               resize=None if edge == crop else edge, resample=int(d.get("resample", 3)), hf_config=dict(d))
+               resize=None if edge == crop else edge, resample=int(d.get("resample", 3)), squash=squash,
+               hf_config=dict(d))
 
   def to_hf_dict(self) -> dict:
     """The `preprocessor_config.json` of this transform: the one it was read from, unchanged, when it still
-    describes this transform; else CLIPImageProcessor's keys written from the fields."""
+    describes this transform; else CLIPImageProcessor's (SiglipImageProcessor's, `squash`) keys from the fields."""
     if self.hf_config is not None and Preprocess.from_hf_dict(self.hf_config, self.size) == self:
       return dict(self.hf_config)
+    if self.squash:
+      return {
+          "image_processor_type": "SiglipImageProcessor", "do_resize": True,
+          "size": {"height": self.size, "width": self.size}, "resample": self.resample, "do_rescale": True,
+          "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(self.mean), "image_std": list(self.std),
+          "do_convert_rgb": True
+      }
     return {
         "image_processor_type": "CLIPImageProcessor", "do_resize": True,
         "size": {"shortest_edge": self.resize or self.size}, "resample": self.resample, "do_center_crop": True,

@@ -7,8 +7,11 @@ step 7).
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
+import shutil
+import string
 import unicodedata
 from typing import Callable, Sequence
 
@@ -172,3 +175,95 @@ class T5Tokenizer:
 
   def decode(self, ids: np.ndarray) -> list[str]:
     return [self.sp.decode([int(i) for i in row if i not in (self.pad_id, self.eos_id)]) for row in np.asarray(ids)]
+
+
+SIGLIP_TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_SPIECE_SPACE = "\u2581"
+
+
+class SiglipTokenizer:
+  """SigLIP's SentencePiece tokenizer (`spiece.model`) → np.int32 [N, context_length]: the ids transformers'
+  `SiglipTokenizer` gives with `padding="max_length", truncation=True` (how SigLIP was trained and is run): text
+  lower-cased, ASCII punctuation removed, whitespace collapsed, pieces, EOS appended (kept on truncation), padded with
+  the EOS id ("sticky EOS"); 64 wide. Equal to transformers' on the 29,293 SugarCrepe / SugarCrepe++ captions
+  (tests/data/test_tokenizers.py), without transformers. No attention mask: the model was trained without one.
+
+  Pieces as transformers makes them: `▁` + the canonical text, encoded after an `<unk>` whose pieces are dropped (its
+  model has no dummy prefix)."""
+  def __init__(self, spiece_model: str, context_length: int = 64, lower: bool = True):
+    import sentencepiece  # pylint: disable=import-outside-toplevel
+    if not os.path.exists(spiece_model):
+      raise FileNotFoundError(f"SigLIP tokenizer model {spiece_model} not found (an HF SigLIP directory has "
+                              "spiece.model)")
+    self.sp = sentencepiece.SentencePieceProcessor(model_file=spiece_model)
+    self.path, self.context_length, self.lower = spiece_model, context_length, lower
+    self.eos_id = self.pad_id = self.sp.piece_to_id("</s>")
+    self.source_dir = os.path.dirname(os.path.abspath(spiece_model))
+    self._unk_pieces = len(self.sp.encode("<unk>", out_type=str))
+
+  def __getstate__(self):
+    return {"spiece_model": self.path, "context_length": self.context_length, "lower": self.lower}
+
+  def __setstate__(self, state):
+    self.__init__(**state)
+
+  @classmethod
+  def from_dir(cls, directory: str, context_length: int = 64) -> "SiglipTokenizer":
+    """`spiece.model` and, when present, `tokenizer_config.json`'s `do_lower_case`."""
+    cfg_path = os.path.join(directory, "tokenizer_config.json")
+    lower = True
+    if os.path.exists(cfg_path):
+      with open(cfg_path) as f:
+        lower = bool(json.load(f).get("do_lower_case", True))
+    return cls(os.path.join(directory, "spiece.model"), context_length, lower)
+
+  @staticmethod
+  def has_files(directory: str) -> bool:
+    return os.path.exists(os.path.join(directory, "spiece.model"))
+
+  def canonical(self, text: str) -> str:
+    """big_vision's / transformers' `canonicalize_text`: lower-case, punctuation removed, whitespace collapsed."""
+    text = text.lower() if self.lower else text
+    return _WS.sub(" ", text.translate(_PUNCTUATION)).strip()
+
+  def _ids(self, text: str) -> list[int]:
+    pieces = self.sp.encode("<unk>" + self.canonical(_SPIECE_SPACE + text.replace(_SPIECE_SPACE, " ")), out_type=str)
+    return [self.sp.piece_to_id(p) for p in pieces[self._unk_pieces:]]
+
+  def encode(self, texts: Sequence[str] | str) -> tuple[np.ndarray, int]:
+    """(ids [N, context_length], how many texts lost tokens)."""
+    if isinstance(texts, str):
+      texts = [texts]
+    out = np.full((len(texts), self.context_length), self.pad_id, np.int32)
+    truncated = 0
+    for row, text in zip(out, texts):
+      toks = self._ids(text)
+      truncated += len(toks) > self.context_length - 1
+      ids = [*toks[:self.context_length - 1], self.eos_id]
+      row[:len(ids)] = ids
+    return out, truncated
+
+  def __call__(self, texts: Sequence[str] | str) -> np.ndarray:
+    return self.encode(texts)[0]
+
+  def count_truncated(self, texts: Sequence[str]) -> int:
+    return sum(len(self._ids(t)) > self.context_length - 1 for t in texts)
+
+  def write_files(self, directory: str) -> list[str]:
+    """spiece.model + tokenizer_config.json + special_tokens_map.json: what `transformers.SiglipTokenizer.
+    from_pretrained` (and `AutoProcessor`) reads."""
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, "spiece.model")
+    if os.path.abspath(self.path) != os.path.abspath(target):
+      shutil.copyfile(self.path, target)
+    special = {"eos_token": "</s>", "pad_token": "</s>", "unk_token": "<unk>"}
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+      json.dump(
+          {
+              "tokenizer_class": "SiglipTokenizer", "model_max_length": self.context_length,
+              "do_lower_case": self.lower, **special
+          }, f, indent=2)
+    with open(os.path.join(directory, "special_tokens_map.json"), "w") as f:
+      json.dump(special, f, indent=2)
+    return [os.path.join(directory, n) for n in SIGLIP_TOKENIZER_FILES]

@@ -65,7 +65,6 @@ def _result_bytes(result: str) -> int:
 # `send` to the megascale runtime with its transfer type (ALL_REDUCE, ALL_GATHER, ONE_TO_ONE, …), counted per send
 _DCN = re.compile(r"=\s*(\(?[^=]*?\)?)\s+send\(.*_xla_megascale_transfer_type=\"([A-Z_]+)\"")
 
-
 _CHANNEL = re.compile(r"channel_id=(\d+)")
 
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 from compclip_jax.errors import InputError
 from compclip_jax.models import clip_config
+from compclip_jax.models.siglip import config as siglip_config
 from compclip_jax.models.t5 import T5Config
 from compclip_jax.weights import files, maps
 
@@ -31,6 +32,29 @@ def read_clip_dir(directory: str) -> tuple[clip_config.CLIPConfig, maps.RawCheck
   cfg = clip_config.from_hf_dict(read_json(os.path.join(directory, "config.json")))
   return cfg, maps.RawCheckpoint(directory, files.read_hf_weights(directory), maps.hf_rules, HF_CLIP_IGNORED,
                                  hint="is config.json the one that belongs to these weights?")
+
+
+SIGLIP_MODEL_TYPES = ("siglip", "siglip2")  # siglip2: NaFlex, refused by siglip_config.from_hf with its reason
+
+
+def is_siglip_dir(directory: str) -> bool:
+  """Whether an HF directory's config.json is a SigLIP family's (`model_type` siglip / siglip2)."""
+  path = os.path.join(directory, "config.json")
+  return os.path.exists(path) and read_json(path).get("model_type") in SIGLIP_MODEL_TYPES
+
+
+def read_siglip_dir(directory: str) -> tuple[siglip_config.SiglipConfig, maps.RawCheckpoint]:
+  """An HF `SiglipModel` directory (SigLIP, SigLIP 2 fixed resolution) → (config, its tensors with the HF map: our
+  parameter names mirror transformers', as CLIP's do)."""
+  path = os.path.join(directory, "config.json")
+  cfg = siglip_config.from_hf(read_json(path), path)
+  return cfg, maps.RawCheckpoint(directory, files.read_hf_weights(directory), maps.hf_rules, HF_CLIP_IGNORED,
+                                 hint="is config.json the one that belongs to these weights?")
+
+
+def save_siglip_dir(cfg: siglip_config.SiglipConfig, flat: dict[str, np.ndarray], directory: str) -> list[str]:
+  """Writes config.json + model.safetensors (fp32) that `transformers.SiglipModel.from_pretrained` loads."""
+  return _save_dir(siglip_config.to_hf(cfg), flat, directory)
 
 
 def _save_dir(hf_config: dict, flat: dict[str, np.ndarray], directory: str) -> list[str]:

@@ -1,7 +1,9 @@
 """The public model API: `load_clip` and `save_clip` over every format we read and write (docs/architecture.md).
 
-Formats: an HF CLIP directory; an open_clip state dict file (or a directory holding `open_clip_model.safetensors`);
-our own `compclip` directory (`compclip.json` + `model.safetensors` in our parameter names, dtypes kept).
+Formats: an HF CLIP directory; an HF SigLIP / SigLIP 2 (fixed resolution) directory, which gives the SigLIP towers
+(models/siglip/; docs/siglip.md); an open_clip state dict file (or a directory holding
+`open_clip_model.safetensors`); our own `compclip` directory (`compclip.json` + `model.safetensors` in our parameter
+names, dtypes kept).
 Nothing is ever downloaded, and nothing is unpickled unsafely.
 """
 from __future__ import annotations
@@ -19,10 +21,12 @@ import numpy as np
 from flax import nnx
 
 from compclip_jax.data.images import Preprocess
-from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, T5Tokenizer
+from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, SiglipTokenizer, T5Tokenizer
 from compclip_jax.errors import InputError
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
+from compclip_jax.models.siglip import config as siglip_config
+from compclip_jax.models.siglip.model import SigLIP
 from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, params
 
@@ -58,6 +62,8 @@ def read_checkpoint(path: str, model_name: str | None = None,
                     activation: str | None = None) -> tuple[str, clip_config.CLIPConfig, maps.RawCheckpoint]:
   """(format, config, tensors + name map) of any supported checkpoint; nothing is mapped or built yet."""
   fmt = detect_format(path)
+  if fmt == "hf" and hf.is_siglip_dir(path):
+    return (fmt, *hf.read_siglip_dir(path))
   if fmt == "hf":
     return (fmt, *hf.read_clip_dir(path))
   if fmt == "open_clip":
@@ -86,8 +92,15 @@ def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
                                 logit_scale_init=d["logit_scale_init"])
 
 
-def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPTokenizer | None:
+def _tokenizer_for(path: str, fmt: str, cfg) -> CLIPTokenizer | SiglipTokenizer | None:
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  if isinstance(cfg, siglip_config.SiglipConfig):
+    if SiglipTokenizer.has_files(directory):
+      return SiglipTokenizer.from_dir(directory, cfg.text.context_length)
+    logging.warning(
+        "%s: no spiece.model beside the SigLIP weights (a SigLIP 2 Gemma tokenizer is not read yet); "
+        "returning no tokenizer", path)
+    return None
   if CLIPTokenizer.has_files(directory):
     return CLIPTokenizer.from_dir(directory, cfg.text.context_length)
   if cfg.text.vocab_size != 49408:
@@ -99,6 +112,20 @@ def _tokenizer_for(path: str, fmt: str, cfg: clip_config.CLIPConfig) -> CLIPToke
   return CLIPTokenizer.default(cfg.text.context_length, pad_id=0 if fmt == "open_clip" else clip_config.CLIP_EOT_ID)
 
 
+def _preprocess_for(directory: str, cfg) -> Preprocess:
+  """The directory's `preprocessor_config.json`, else the family's transform: CLIP's resize + centre crop with
+  OpenAI's constants, SigLIP's square resize with mean = std = 0.5."""
+  if isinstance(cfg,
+                siglip_config.SiglipConfig) and not os.path.exists(os.path.join(directory, "preprocessor_config.json")):
+    return Preprocess(size=cfg.vision.image_size, mean=siglip_config.MEAN, std=siglip_config.STD, squash=True)
+  return Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+
+
+def model_class(cfg) -> type:
+  """The two-tower module of an architecture config: CLIP, or SigLIP for a SiglipConfig."""
+  return SigLIP if isinstance(cfg, siglip_config.SiglipConfig) else CLIP
+
+
 @functools.lru_cache(maxsize=8)
 def _shape_only_template(cfg: clip_config.CLIPConfig, text_dtypes: DTypes, vision_dtypes: DTypes,
                          remat_text: bool) -> tuple[nnx.GraphDef, nnx.State, Mapping[str, tuple[int, ...]]]:
@@ -107,7 +134,8 @@ def _shape_only_template(cfg: clip_config.CLIPConfig, text_dtypes: DTypes, visio
   0.15–0.3 s of Python bookkeeping, about what copying its weights costs; merging a copy of the template ~25 ms. The
   cache holds only ShapeDtypeStructs and immutable graph definitions; every model merged from it has its own
   Variables."""
-  model = CLIP(cfg, rngs=ShapeOnlyRngs(), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes, remat_text=remat_text)
+  model = model_class(cfg)(cfg, rngs=ShapeOnlyRngs(), text_dtypes=text_dtypes, vision_dtypes=vision_dtypes,
+                           remat_text=remat_text)
   return (*nnx.split(model), types.MappingProxyType(params.shapes(model)))  # read-only: shared by every load
 
 
@@ -118,11 +146,11 @@ def load_clip_params(path: str, model_name: str | None = None, activation: str |
   `abstract_model(cfg)` builds the abstract model whose shapes the checkpoint must fit (default: fp32 CLIP).
   """
   fmt, cfg, raw = read_checkpoint(path, model_name, activation)
-  make = abstract_model or (lambda c: CLIP(c, rngs=ShapeOnlyRngs()))
+  make = abstract_model or (lambda c: model_class(c)(c, rngs=ShapeOnlyRngs()))
   abstract = make(cfg)
   flat = raw.to_ours(params.shapes(abstract))
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-  return cfg, flat, _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size), abstract
+  return cfg, flat, _tokenizer_for(path, fmt, cfg), _preprocess_for(directory, cfg), abstract
 
 
 def load_clip_meta(path: str, model_name: str | None = None,
@@ -131,20 +159,23 @@ def load_clip_meta(path: str, model_name: str | None = None,
   config file alone. An open_clip state dict records no config of its own, so its architecture is read as
   `read_checkpoint` reads it (the tensors' shapes; a .safetensors file's header, memory-mapped)."""
   fmt = detect_format(path)
-  if fmt == "hf":
+  if fmt == "hf" and hf.is_siglip_dir(path):
+    cfg = siglip_config.from_hf(hf.read_json(os.path.join(path, "config.json")), os.path.join(path, "config.json"))
+  elif fmt == "hf":
     cfg = clip_config.from_hf_dict(hf.read_json(os.path.join(path, "config.json")))
   elif fmt == "compclip":
     cfg = _config_from_dict(hf.read_json(os.path.join(path, COMPCLIP_META))["clip"])
   else:
     cfg = read_checkpoint(path, model_name, activation)[1]
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-  return cfg, _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+  return cfg, _tokenizer_for(path, fmt, cfg), _preprocess_for(directory, cfg)
 
 
 def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
               text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
-              remat_text: bool = False) -> tuple[CLIP, CLIPTokenizer | None, Preprocess]:
-  """(model, tokenizer, preprocess) from an HF directory, an open_clip file, or a compclip directory.
+              remat_text: bool = False) -> tuple[CLIP | SigLIP, CLIPTokenizer | SiglipTokenizer | None, Preprocess]:
+  """(model, tokenizer, preprocess) from an HF directory, an open_clip file, or a compclip directory. An HF SigLIP
+  directory gives a `SigLIP` with its `SiglipTokenizer` and square-resize transform.
 
   `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
   is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
@@ -154,7 +185,7 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   model = nnx.merge(graphdef, state, copy=True)
   flat = raw.to_ours(shapes)  # the file's arrays (views: q/k/v splits); every mismatch reported at once
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-  tokenizer, preprocess = _tokenizer_for(path, fmt, cfg), Preprocess.from_hf_dir(directory, cfg.vision.image_size)
+  tokenizer, preprocess = _tokenizer_for(path, fmt, cfg), _preprocess_for(directory, cfg)
   # One device_put copies the file's bytes (mapped, in our [out, in] layout already) onto the device.
   return params.fill_in_place(model, flat), tokenizer, preprocess
 
@@ -170,6 +201,8 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
   """
   if format not in FORMATS:
     raise ValueError(f"format {format!r}: use one of {FORMATS}")
+  if isinstance(model, SigLIP):
+    return _save_siglip(model, out_path, format, tokenizer, preprocess)
   cfg, flat = model.cfg, params.flat_params(model)
   preprocess = preprocess or Preprocess(size=cfg.vision.image_size)
   if format == "open_clip":
@@ -212,6 +245,25 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
           os.path.join(directory, f)
           for f in hf_tokenizer.write_files(directory, merges, tokenizer.context_length, tokenizer.pad_id)
       ]
+  return written
+
+
+def _save_siglip(model: SigLIP, directory: str, format: str, tokenizer: SiglipTokenizer | None,
+                 preprocess: Preprocess | None) -> list[str]:
+  """An HF SigLIP directory `transformers.SiglipModel` and `AutoProcessor` load: config.json, model.safetensors
+  (fp32), preprocessor_config.json, and with `tokenizer` its spiece.model and tokenizer config."""
+  if format != "hf":
+    raise InputError(f"format {format!r}: a SigLIP model is written as format='hf' (an HF SiglipModel directory); "
+                     "open_clip/timm SigLIP files are not written yet")
+  cfg = model.cfg
+  written = [os.path.join(directory, f) for f in hf.save_siglip_dir(cfg, params.flat_params(model), directory)]
+  preprocess = preprocess or Preprocess(size=cfg.vision.image_size, mean=siglip_config.MEAN, std=siglip_config.STD,
+                                        squash=True)
+  with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:
+    json.dump({**preprocess.to_hf_dict(), "processor_class": "SiglipProcessor"}, f, indent=2)
+  written.append(os.path.join(directory, "preprocessor_config.json"))
+  if tokenizer is not None:
+    written += tokenizer.write_files(directory)
   return written
 
 

@@ -77,8 +77,12 @@ def test_resize_edge_and_crop_size_follow_clip_image_processor(tmp_path, h, w, e
 
 def test_a_preprocessor_config_we_cannot_follow_is_refused(tmp_path):
   import json
-  for d, match in (({"crop_size": {"height": 224, "width": 200}}, "not square"),
-                   ({"size": {"height": 224, "width": 224}}, "size"), ({"do_center_crop": False}, "do_center_crop"),
+  for d, match in (({"crop_size": {"height": 224,
+                                   "width": 200}}, "not square"), ({"size": {"height": 224,
+                                                                             "width": 200}}, "equal height and width"),
+                   ({"size": {"shortest_edge": 224},
+                     "do_center_crop": False}, "do_center_crop"), ({"size": {"height": 256,
+                                                                             "width": 256}}, "resize size 256 differs"),
                    ({"crop_size": 336}, "crop size 336 differs from the model's image_size 224")):
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match=match):

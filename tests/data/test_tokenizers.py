@@ -1,13 +1,14 @@
 """CLIP BPE: the transformers path and the instant-clip-tokenizer path give identical ids; T5 SentencePiece vs
 transformers' T5Tokenizer. Vocabularies are built by the test (no hub)."""
 import json
+import pickle
 import re
 
 import numpy as np
 import pytest
 import transformers
 
-from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.data.tokenizers import CLIPTokenizer, SiglipTokenizer, T5Tokenizer
 
 EDGE_CASES = [
     "",
@@ -211,3 +212,28 @@ def test_builtin_tokenizer_is_built_on_first_use_with_openais_special_ids(monkey
   for row, text in zip(ids, ["a red cube left of a ball", "two dogs"]):
     want = [backend.start_of_text(), *backend.encode(text), backend.end_of_text()]
     assert list(row[:len(want)]) == want and not row[len(want):].any()
+
+
+def _siglip_spiece(tmp_path, texts, vocab_size=400):
+  """A SigLIP-style SentencePiece model trained on `texts` (pad 0, </s> 1, <unk> 2), as `spiece.model`."""
+  import sentencepiece as spm
+  spm.SentencePieceTrainer.train(sentence_iterator=iter([t.lower() for t in texts]),
+                                 model_prefix=str(tmp_path / "spiece"), vocab_size=vocab_size, pad_id=0, eos_id=1,
+                                 unk_id=2, bos_id=-1, hard_vocab_limit=False, minloglevel=2, num_threads=1)
+  return str(tmp_path / "spiece.model")
+
+
+def test_siglip_tokenizer_equals_transformers_on_the_benchmark_captions(tmp_path, benchmarks_dir):
+  """transformers' SiglipTokenizer with padding="max_length", truncation=True at 64 (how SigLIP is run) on every
+  SugarCrepe / SugarCrepe++ caption and the edge cases: punctuation dropped, lower-cased, EOS, padded with EOS."""
+  texts = _captions(benchmarks_dir)
+  ours = SiglipTokenizer(_siglip_spiece(tmp_path, texts[::7]))
+  ref = transformers.SiglipTokenizer(vocab_file=ours.path)
+  texts += EDGE_CASES + ["Hello, World!  A   dog's toy.", "\u2581odd \u2581 marks", "word " * 80, ""]
+  want = np.asarray(ref(texts, padding="max_length", max_length=64, truncation=True)["input_ids"], np.int32)
+  got = ours(texts)
+  assert got.shape == (len(texts), 64) and ours.pad_id == ours.eos_id == 1
+  bad = np.nonzero((got != want).any(1))[0]
+  assert not len(bad), [texts[i] for i in bad[:5]]
+  assert ours.count_truncated(["word " * 80, "a cat"]) == 1 and got[-2, -1] == 1  # EOS kept on truncation
+  assert pickle.loads(pickle.dumps(ours))(texts[:50]).tolist() == got[:50].tolist()  # grain workers rebuild it
