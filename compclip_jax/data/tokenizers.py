@@ -61,6 +61,9 @@ class CLIPTokenizer:
   `clean` (`data.clean_text`, default True): texts go through `clean_text` before BPE, as open_clip's and OpenAI's
   tokenizers do; False only normalises whitespace (`normalize_whitespace`, the old behaviour). Both backends.
   """
+  # causal and pooled at EOT: the padding after a batch's longest text can be cut (evaluators, data.trim_tokens)
+  trims_padding = True
+
   def __init__(self, encode: Callable[[Sequence[str]], list[list[int]]], sot_id: int, eot_id: int,
                context_length: int = 77, pad_id: int = 0, source_dir: str | None = None, backend: str = "",
                recipe: tuple = (), clean: bool = True):
@@ -191,6 +194,9 @@ class SiglipTokenizer:
 
   Pieces as transformers makes them: `▁` + the canonical text, encoded after an `<unk>` whose pieces are dropped (its
   model has no dummy prefix)."""
+  # the text tower reads the last position, padding included: rows are never cut to their longest text
+  trims_padding = False
+
   def __init__(self, spiece_model: str, context_length: int = 64, lower: bool = True):
     import sentencepiece  # pylint: disable=import-outside-toplevel
     if not os.path.exists(spiece_model):

@@ -80,7 +80,9 @@ class Encoder:
     """[N, D] normalised fp32 text embeddings."""
     def local(rows):
       ids = self.tokenizer([texts[r] for r in rows])
-      if jax.process_count() == 1:
+      # trimming the padding is exact for CLIP (causal, pooled at EOT); SigLIP pools at the last position, padding
+      # included, and its tokenizer says so (`trims_padding` False)
+      if jax.process_count() == 1 and getattr(self.tokenizer, "trims_padding", True):
         ids = pl.trim_tokens({"ids": ids}, pl.text_length({"ids": ids}, self.tokenizer.eot_id))["ids"]
       return ids
 

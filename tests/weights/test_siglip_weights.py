@@ -113,3 +113,16 @@ def test_siglip_mistakes_are_one_line(hf_dir, tmp_path):
   (tmp_path / "naflex" / "config.json").write_text(json.dumps(naflex))
   with pytest.raises(InputError, match="NaFlex"):
     load_clip(str(tmp_path / "naflex"))
+
+
+def test_the_evaluation_encoder_gives_siglips_own_embeddings(hf_dir):
+  """evaluators' Encoder on a SigLIP: the full-width rows (no padding trimmed: the last position is pooled), the
+  embeddings transformers gives, normalised."""
+  from compclip_jax.evaluators.encoding import Encoder
+  d, hf = hf_dir
+  model, tok, pre = load_clip(str(d))
+  got = Encoder(model, tok, pre, batch_size=8, progress=False).texts(TEXTS)
+  with torch.no_grad():
+    want = hf.get_text_features(input_ids=torch.from_numpy(tok(TEXTS)).long())
+  want = getattr(want, "pooler_output", want).numpy()
+  np.testing.assert_allclose(got, want / np.linalg.norm(want, axis=-1, keepdims=True), atol=TOL)
