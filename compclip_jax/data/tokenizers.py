@@ -228,6 +228,10 @@ class SiglipTokenizer:
   def has_files(directory: str) -> bool:
     return os.path.exists(os.path.join(directory, "spiece.model"))
 
+  @property
+  def vocab_size(self) -> int:
+    return self.sp.get_piece_size()
+
   def canonical(self, text: str) -> str:
     """big_vision's / transformers' `canonicalize_text`: lower-case, punctuation removed, whitespace collapsed."""
     text = text.lower() if self.lower else text

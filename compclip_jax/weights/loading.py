@@ -96,7 +96,12 @@ def _tokenizer_for(path: str, fmt: str, cfg) -> CLIPTokenizer | SiglipTokenizer 
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   if isinstance(cfg, siglip_config.SiglipConfig):
     if SiglipTokenizer.has_files(directory):
-      return SiglipTokenizer.from_dir(directory, cfg.text.context_length)
+      tok = SiglipTokenizer.from_dir(directory, cfg.text.context_length)
+      if tok.vocab_size > cfg.text.vocab_size:
+        raise InputError(f"{os.path.join(directory, 'spiece.model')}: {tok.vocab_size} pieces, more than the text "
+                         f"tower's vocab_size {cfg.text.vocab_size} in config.json: the tokenizer is not this "
+                         "model's (a SigLIP 2 model needs its Gemma tokenizer)")
+      return tok
     logging.warning(
         "%s: no spiece.model beside the SigLIP weights (a SigLIP 2 Gemma tokenizer is not read yet); "
         "returning no tokenizer", path)

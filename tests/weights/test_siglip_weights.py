@@ -113,6 +113,15 @@ def test_siglip_mistakes_are_one_line(hf_dir, tmp_path):
   (tmp_path / "naflex" / "config.json").write_text(json.dumps(naflex))
   with pytest.raises(InputError, match="NaFlex"):
     load_clip(str(tmp_path / "naflex"))
+  with pytest.raises(InputError, match="no attention_mask"):  # transformers 5's tokenizer returns one: a trap
+    model.encode_text(np.ones((1, 16), np.int32), attention_mask=np.ones((1, 16), np.int32))
+  small = json.loads((d / "config.json").read_text())
+  small["text_config"]["vocab_size"] = 8  # fewer ids than spiece.model has pieces: another model's tokenizer
+  (tmp_path / "other").mkdir()
+  (tmp_path / "other" / "spiece.model").write_bytes((d / "spiece.model").read_bytes())
+  (tmp_path / "other" / "config.json").write_text(json.dumps(small))
+  with pytest.raises(InputError, match="pieces, more than the text tower's vocab_size 8"):
+    load_clip_meta(str(tmp_path / "other"))  # the compile check's read: config and tokenizer, no weights
 
 
 def test_the_evaluation_encoder_gives_siglips_own_embeddings(hf_dir):

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from compclip_jax.errors import InputError
 from compclip_jax.models.clip import DTypes, Embeddings, Encoder, MLP, _inits, _layer_norm, l2_normalize
 from compclip_jax.models.layers import Linear
 from compclip_jax.models.siglip.config import SiglipConfig, TextConfig, VisionConfig
@@ -144,8 +145,13 @@ class SigLIP(nnx.Module):
     self.logit_scale = nnx.Param(const(cfg.logit_scale_init)(None, (1,), jnp.float32))
     self.logit_bias = nnx.Param(const(cfg.logit_bias_init)(None, (1,), jnp.float32))
 
-  def encode_text(self, ids, normalize: bool = False) -> jax.Array:
-    """ids int [N, L] → [N, projection_size] (fp32 when normalised)."""
+  def encode_text(self, ids, normalize: bool = False, attention_mask=None) -> jax.Array:
+    """ids int [N, L] → [N, projection_size] (fp32 when normalised). `attention_mask` is refused: SigLIP was trained
+    without one (padding is its EOS id and the last position is pooled), so masking changes what it computes —
+    transformers 5's tokenizer returns one; pass the ids alone."""
+    if attention_mask is not None:
+      raise InputError("SigLIP's text tower takes no attention_mask: it was trained on ids padded with EOS and no "
+                       "mask (pass input_ids alone; SiglipTokenizer gives the padded ids)")
     x = self.text_model(jnp.asarray(ids))
     return l2_normalize(x) if normalize else x
 
