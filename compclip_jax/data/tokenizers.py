@@ -196,6 +196,7 @@ class SiglipTokenizer:
   model has no dummy prefix)."""
   # the text tower reads the last position, padding included: rows are never cut to their longest text
   trims_padding = False
+  backend = "sentencepiece"
 
   def __init__(self, spiece_model: str, context_length: int = 64, lower: bool = True):
     import sentencepiece  # pylint: disable=import-outside-toplevel

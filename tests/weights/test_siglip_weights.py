@@ -135,3 +135,16 @@ def test_the_evaluation_encoder_gives_siglips_own_embeddings(hf_dir):
     want = hf.get_text_features(input_ids=torch.from_numpy(tok(TEXTS)).long())
   want = getattr(want, "pooler_output", want).numpy()
   np.testing.assert_allclose(got, want / np.linalg.norm(want, axis=-1, keepdims=True), atol=TOL)
+
+
+def test_convert_rewrites_a_siglip_directory(hf_dir, tmp_path):
+  """`python -m compclip_jax.convert --src=DIR --dst=OUT --to=hf` on a SigLIP: the same model in transformers."""
+  import io
+  from compclip_jax.cli.convert import convert
+  d, hf = hf_dir
+  out = io.StringIO()
+  convert(str(d), str(tmp_path / "out"), "hf", out=out)
+  assert "tokenizer: sentencepiece" in out.getvalue() and "embed 32" in out.getvalue()
+  back = transformers.SiglipModel.from_pretrained(str(tmp_path / "out")).state_dict()
+  for k, v in hf.state_dict().items():
+    torch.testing.assert_close(back[k], v, rtol=0, atol=0, msg=k)

@@ -61,6 +61,11 @@ class SiglipConfig:
   logit_scale_init: float = math.log(10)
   logit_bias_init: float = -10.0
 
+  @property
+  def embed_dim(self) -> int:
+    """The joint space's width: the text head's output, which is the vision tower's width."""
+    return self.text.projection_size
+
   def __post_init__(self):
     for name, tower in (("text", self.text), ("vision", self.vision)):
       if tower.act not in ACTIVATIONS:
