@@ -68,6 +68,9 @@ def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool 
   and nothing random is drawn; `Model.flat` holds ShapeDtypeStructs. What a compile check needs (`build_state(…,
   abstract=True)`): a ViT-L/14 + T5-large build costs no host memory and no minutes of random init.
   """
+  if c.model.init and loading.is_siglip(c.model.init):
+    raise UserError(f"model.init={c.model.init}: a SigLIP checkpoint; load_clip, evaluate and convert read it, but "
+                    "training a SigLIP is not wired in yet (docs/siglip.md)")
   make_clip = clip_factory(c)
   abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
   if c.model.init and shapes_only:

@@ -52,6 +52,11 @@ def detect_format(path: str) -> str:
   return "open_clip"
 
 
+def is_siglip(path: str) -> bool:
+  """Whether `path` is an HF SigLIP / SigLIP 2 directory (its config.json's model_type)."""
+  return detect_format(path) == "hf" and hf.is_siglip_dir(path)
+
+
 def _open_clip_file(path: str) -> str:
   if os.path.isdir(path):
     return next(os.path.join(path, f) for f in OPEN_CLIP_FILES if os.path.exists(os.path.join(path, f)))

@@ -148,3 +148,16 @@ def test_convert_rewrites_a_siglip_directory(hf_dir, tmp_path):
   back = transformers.SiglipModel.from_pretrained(str(tmp_path / "out")).state_dict()
   for k, v in hf.state_dict().items():
     torch.testing.assert_close(back[k], v, rtol=0, atol=0, msg=k)
+
+
+def test_training_from_a_siglip_directory_is_refused_in_one_line(hf_dir):
+  from compclip_jax import methods
+  from compclip_jax.errors import UserError
+  from compclip_jax.train import state
+  from configs import clic
+  d, _ = hf_dir
+  c = clic.get_config("runlocal")
+  c.model.init = str(d)
+  for shapes_only in (False, True):  # training and the compile check
+    with pytest.raises(UserError, match="a SigLIP checkpoint.*not wired in yet"):
+      state.build_model(c, methods.get("clic"), shapes_only=shapes_only)
