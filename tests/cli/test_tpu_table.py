@@ -68,3 +68,11 @@ def test_write_is_what_the_doc_holds(tmp_path):
   copy.write_text(doc.replace(tpu_table.render_pod(), "| slice | slices | stale |\n|---|"))
   tpu_table.write_doc(str(copy))
   assert copy.read_text() == doc
+
+
+def test_the_collectives_the_doc_shows_are_counted_per_channel():
+  """The pod table shows collectives: each of its files was written by the counter that counts one per channel (a
+  split gather's pieces once; aot.collectives), not one per HLO line."""
+  for case, r in _measured().items():
+    if tpu_table.CASES[case][0] == "pod":
+      assert r["measured"].get("collectives_counted") == "per channel", (case, "python tools/tpu_table.py measure")
