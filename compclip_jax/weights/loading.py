@@ -63,9 +63,10 @@ def _open_clip_file(path: str) -> str:
   return path
 
 
-def read_checkpoint(path: str, model_name: str | None = None,
-                    activation: str | None = None) -> tuple[str, clip_config.CLIPConfig, maps.RawCheckpoint]:
-  """(format, config, tensors + name map) of any supported checkpoint; nothing is mapped or built yet."""
+def read_checkpoint(path: str, model_name: str | None = None, activation: str | None = None
+                   ) -> tuple[str, clip_config.CLIPConfig | siglip_config.SiglipConfig, maps.RawCheckpoint]:
+  """(format, config, tensors + name map) of any supported checkpoint; nothing is mapped or built yet (a SiglipConfig
+  for an HF SigLIP directory)."""
   fmt = detect_format(path)
   if fmt == "hf" and hf.is_siglip_dir(path):
     return (fmt, *hf.read_siglip_dir(path))
