@@ -302,16 +302,18 @@ class CLIP(nnx.Module):
   Precision (docs/performance.md): each tower has its own DTypes, storage (`param`) and `compute`; parameters that
   are trained stay fp32 (`param`), so gradients and AdamW moments are fp32 whatever the compute dtype; embeddings
   leave the towers through `l2_normalize` in fp32, so logits and losses are fp32. `attention` (ATTENTION) and
-  `remat_policy` (REMAT_POLICIES, used with `remat_text`) and `scan_layers` (both towers' blocks as a scan) change
-  speed, memory and compile time, not the function computed.
+  `remat_policy` (REMAT_POLICIES, used with `remat_text` / `remat_vision`) and `scan_layers` (both towers' blocks as
+  a scan) change speed, memory and compile time, not the function computed. `remat_vision` matters only where the
+  vision tower trains (READ): a frozen tower has no backward pass to recompute for.
   """
   def __init__(self, cfg: CLIPConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
                vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
-               remat_policy: str = "full", scan_layers: bool = False):
+               remat_policy: str = "full", scan_layers: bool = False, remat_vision: bool = False):
     self.cfg = cfg
     self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text, attention=attention,
                                       remat_policy=remat_policy, scan=scan_layers)
-    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, attention=attention, scan=scan_layers)
+    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, remat=remat_vision, attention=attention,
+                                          remat_policy=remat_policy, scan=scan_layers)
     init = _inits(rngs, "kernel_init")
     self.text_projection = Linear(cfg.text.width, cfg.embed_dim, use_bias=False, dtype=text_dtypes.compute,
                                   param_dtype=text_dtypes.param, rngs=rngs, **init)

@@ -39,10 +39,11 @@ def _model() -> dict:
   # docs/tpu.md).
   # remat_text is on by default: the same function, +20 % of the text step's FLOPs, and what makes the paper configs
   # fit their TPUs with margin (ViT-L/14 text-side training at batch 800 on a v4-8; docs/tpu.md); the tiny
-  # :runlocal / :demo runs on CPU turn it off
+  # :runlocal / :demo runs on CPU turn it off. remat_vision (off) does the same for the vision tower's blocks, which
+  # only READ trains: READ with ViT-L/14 at 256 on a v5e-8 needs it for a 10 % margin (docs/tpu.md)
   return dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16", compute_dtype="float32",
               remat_text=True, text_compute_dtype="", vision_compute_dtype="", attention="explicit",
-              remat_policy="full", scan_layers=False)
+              remat_policy="full", scan_layers=False, remat_vision=False)
 
 
 def _data() -> dict:
@@ -262,6 +263,7 @@ def new_value(key: str, value, renamed_values) -> object:
 ADDED = {
     **{f"data.{k}": v for k, v in _tfds_data().items()},  # 2026-12-03: data.source="tfds"
     "optim.clamp_logit_scale": False,  # 2026-12-03: unclamped, as before
+    "model.remat_vision": False,  # 2026-12-04: the vision tower's blocks stored, as before
 }
 
 

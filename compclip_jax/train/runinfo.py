@@ -39,6 +39,7 @@ NEUTRAL = (
     "data.trim_tokens",
     "mesh.",
     "model.remat_text",
+    "model.remat_vision",
     "model.remat_policy",
     "model.scan_layers",
     # represented by the resolved values of the fingerprint (total_steps) or there under the same name

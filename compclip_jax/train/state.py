@@ -51,7 +51,8 @@ def clip_factory(c: ml_collections.ConfigDict):
   text_dt = DTypes(compute=m.text_compute_dtype or m.compute_dtype)
   vision_dt = DTypes(compute=m.vision_compute_dtype or m.compute_dtype)
   return lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt, remat_text=m.
-                          remat_text, attention=m.attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers)
+                          remat_text, remat_vision=m.remat_vision, attention=m.attention, remat_policy=m.remat_policy,
+                          scan_layers=m.scan_layers)
 
 
 def _random_clip_config(c: ml_collections.ConfigDict) -> clip_config.CLIPConfig:

@@ -179,6 +179,14 @@ def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool 
   """Temporaries of the text tower's gradient (4 blocks, width 64, 128 captions × 77 tokens) compiled by XLA:TPU for
   one compile-only device. 128 captions: enough for the policies to differ (5.8 < 20.1 < 39.5 MB) in ~20 s a compile;
   512 took ~45 s each."""
+  return _grad_temp_bytes(device, "text", dict(remat_text=remat, remat_policy=policy, scan_layers=scan))
+
+
+def _grad_temp_bytes(device, tower: str, options: dict) -> int:
+  """Temporaries of one tower's gradient compiled by XLA:TPU for one compile-only device, the tiny CLIP built with
+  `options`: the text tower (4 blocks) on 128 captions × 77 tokens, every parameter's gradient; or the vision tower
+  (6 blocks, 64 px: 64 patches) on 128 images, the vision tower's parameters' gradient only (the text tower's zero
+  gradients would be an output buffer XLA uses as scratch: 0 temporaries either way)."""
   import dataclasses
   import jax.numpy as jnp
   import numpy as np
@@ -186,17 +194,21 @@ def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool 
   from compclip_jax.models import clip_config
   from compclip_jax.models.clip import CLIP
   cfg = clip_config.tiny()
-  cfg = cfg.replace(text=dataclasses.replace(cfg.text, layers=4))
-  model = nnx.eval_shape(lambda: CLIP(cfg, rngs=nnx.Rngs(0), remat_text=remat, remat_policy=policy, scan_layers=scan))
-  gd, p, rest = nnx.split(model, nnx.Param, ...)
+  cfg = cfg.replace(text=dataclasses.replace(cfg.text, layers=4),
+                    vision=dataclasses.replace(cfg.vision, layers=6, image_size=64))
+  model = nnx.eval_shape(lambda: CLIP(cfg, rngs=nnx.Rngs(0), **options))
+  wrt = nnx.Param if tower == "text" else nnx.All(nnx.Param, nnx.PathContains("vision_model"))
+  gd, p, rest = nnx.split(model, wrt, ...)
   sh = jax.sharding.SingleDeviceSharding(device)
   spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh)
 
-  def loss(p, rest, ids):
-    return jnp.sum(nnx.merge(gd, p, rest).encode_text(ids, normalize=True))
+  def loss(p, rest, x):
+    m = nnx.merge(gd, p, rest)
+    return jnp.sum(m.encode_text(x, normalize=True) if tower == "text" else m.encode_image(x, normalize=True))
 
-  ids = jax.ShapeDtypeStruct((128, 77), np.int32, sharding=sh)
-  compiled = jax.jit(jax.grad(loss)).lower(jax.tree.map(spec, p), jax.tree.map(spec, rest), ids).compile()
+  x = jax.ShapeDtypeStruct((128, 77), np.int32, sharding=sh) if tower == "text" else \
+      jax.ShapeDtypeStruct((128, 64, 64, 3), np.float32, sharding=sh)
+  compiled = jax.jit(jax.grad(loss)).lower(jax.tree.map(spec, p), jax.tree.map(spec, rest), x).compile()
   return compiled.memory_analysis().temp_size_in_bytes
 
 
@@ -211,6 +223,17 @@ def test_remat_halves_the_text_towers_temporaries_on_tpu():
   full = _text_grad_temp_bytes(device, remat=True, policy="full")
   dots = _text_grad_temp_bytes(device, remat=True, policy="dots_no_batch")
   assert full <= 0.5 * none and full < dots < none, (full, dots, none)
+
+
+@pytest.mark.slow  # two TPU compiles, ~15 s each on 2 cores
+@needs_libtpu
+def test_vision_remat_halves_the_vision_towers_temporaries_on_tpu():
+  """model.remat_vision (for READ, which trains the vision tower): XLA:TPU keeps at most half the temporaries of the
+  vision tower's gradient."""
+  device = tpu.compile_only_devices("v5e:2x2")[0]
+  none = _grad_temp_bytes(device, "vision", {})
+  full = _grad_temp_bytes(device, "vision", dict(remat_vision=True))
+  assert full <= 0.5 * none, (full, none)
 
 
 def test_find_batch_returns_the_largest_batch_that_fits(monkeypatch):

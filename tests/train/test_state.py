@@ -62,3 +62,19 @@ def test_shapes_only_reads_the_checkpoints_configs_not_their_weights(tmp_path):
   assert model.clip_cfg.text.width == 64 and model.export_info.d_model == 32  # hf_clip_config's and the T5's
   assert model.flat["decoder.lm_head.kernel"].shape == (64, 32)
   assert any(p.startswith("proj.") for p in st.trainable_paths)
+
+
+@pytest.mark.parametrize("key", ["remat_text", "remat_vision"])
+def test_the_config_rematerialises_the_tower_it_names(key):
+  """model.remat_text / model.remat_vision reach the model the trainer builds (the text and vision tower's encoder),
+  each alone; the parameters are the same either way."""
+  from configs import read
+  c = read.get_config("runlocal")
+  c.model.remat_text = c.model.remat_vision = False
+  c.model[key] = True
+  model = state.build_model(c, methods.get(c.method), shapes_only=True)
+  clip = model.abstract.clip
+  assert clip.text_model.encoder.remat == (key == "remat_text")
+  assert clip.vision_model.encoder.remat == (key == "remat_vision")
+  c.model[key] = False
+  assert sorted(state.build_model(c, methods.get(c.method), shapes_only=True).flat) == sorted(model.flat)
