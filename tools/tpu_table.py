@@ -40,6 +40,10 @@ CASES = {
         ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + ("--config.batch_size=25600", "--only=clic")),
     "pod_clic_b32_2xv5e-256":
         ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + ("--config.batch_size=51200", "--only=clic")),
+    # knobs: a grid row that keeps no 10 % margin as it ships, with the switch that buys it (docs/tpu.md)
+    # (with scan_layers: the unrolled remat program's compile took more than this host's 24 GB and was killed)
+    "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + (
+        "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read")),
 }
 
 
@@ -146,8 +150,34 @@ def render_pod() -> str:
   return "\n".join(lines)
 
 
+def render_knobs() -> str:
+  """One line per knob case's training steps: the switch beside the shipped row's numbers and its own."""
+  lines = [
+      "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | temporaries GiB | "
+      "TFLOP/device | roofline ms | compile s |", "|---|---|---|---|---|---|---|---|---|---|"
+  ]
+  for case, (table, method, model, topology, _, extra) in CASES.items():
+    r = _load(case)
+    if table != "knob" or r is None:
+      continue
+    base = _load(case[len("knob_"):case.index(topology) + len(topology)])
+    setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra
+                       if f.startswith("--config.model.") and not f.startswith("--config.model.random"))
+    scanned = "--config.model.scan_layers=True" in extra  # XLA counts a scanned loop's body once: no FLOPs to show
+    for label, res in (("as it ships", base), (setting, r)):
+      for kind, s in (res or {"steps": {}})["steps"].items():
+        if kind.startswith("eval_") or kind not in r["steps"]:
+          continue
+        temp = _gib(s["temp_bytes"]) if "temp_bytes" in s else "—"
+        flops, roof = ("—", "—") if scanned and res is r else \
+            (f"{s['flops_per_device'] / 1e12:.2f}", f"{1e3 * s['roofline_s']:.0f}")
+        lines.append(f"| {method}, {model} | {topology} | {res['global_batch']} | {kind} | {label} | {_cell(s)} | "
+                     f"{temp} | {flops} | {roof} | {s['compile_s']:.0f} |")
+  return "\n".join(lines)
+
+
 def render() -> str:
-  return f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n"
+  return f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
 
 
 DOC = os.path.join(ROOT, "docs", "tpu.md")
@@ -163,7 +193,8 @@ def write_doc(path: str = DOC) -> None:
   its list between the `not measured` marks with the cases that have no JSON."""
   with open(path) as f:
     doc = f.read()
-  for header, table in (("| method, model |", render_paper()), ("| slice | slices |", render_pod())):
+  for header, table in (("| method, model | slice (", render_paper()), ("| slice | slices |", render_pod()),
+                        ("| method, model | slice |", render_knobs())):
     i = doc.index(header)
     doc = doc[:i] + table + doc[doc.index("\n\n", i):]
   names = ", ".join(f"`{c}`" for c in not_measured()) or "none"
