@@ -39,8 +39,8 @@ def _model() -> dict:
   # docs/tpu.md).
   # remat_text is on by default: the same function, +20 % of the text step's FLOPs, and what makes the paper configs
   # fit their TPUs with margin (ViT-L/14 text-side training at batch 800 on a v4-8; docs/tpu.md); the tiny
-  # :runlocal / :demo runs on CPU turn it off. remat_vision (off) does the same for the vision tower's blocks, which
-  # only READ trains: READ with ViT-L/14 at 256 on a v5e-8 needs it for a 10 % margin (docs/tpu.md)
+  # :runlocal / :demo runs on CPU turn it off. remat_vision (off) does the same for the vision tower's blocks, for a
+  # method that trains them (a ViT-L/14 one at 256 on a v5e-8 needs it for a 10 % margin: docs/tpu.md)
   return dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16", compute_dtype="float32",
               remat_text=True, text_compute_dtype="", vision_compute_dtype="", attention="explicit",
               remat_policy="full", scan_layers=False, remat_vision=False)
