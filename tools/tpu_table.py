@@ -160,12 +160,12 @@ def render_knobs() -> str:
     r = _load(case)
     if table != "knob" or r is None:
       continue
-    base = _load(case[len("knob_"):case.index(topology) + len(topology)])
+    base = _load(case[len("knob_"):case.index(topology) + len(topology)])  # the grid case it changes: knob_<case>_…
     setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra
                        if f.startswith("--config.model.") and not f.startswith("--config.model.random"))
     scanned = "--config.model.scan_layers=True" in extra  # XLA counts a scanned loop's body once: no FLOPs to show
-    for label, res in (("as it ships", base), (setting, r)):
-      for kind, s in (res or {"steps": {}})["steps"].items():
+    for label, res in (("as it ships", base), (setting, r)) if base else ((setting, r),):
+      for kind, s in res["steps"].items():
         if kind.startswith("eval_") or kind not in r["steps"]:
           continue
         temp = _gib(s["temp_bytes"]) if "temp_bytes" in s else "—"
