@@ -29,8 +29,9 @@ _NO_CONTROL = flags.DEFINE_bool(
     "no_control", False, "With --method: do not also run the method's control (plain contrastive "
     "fine-tuning of what it trains, same data and steps), drawn beside it in report_<method>.png.")
 _METHODS = flags.DEFINE_list(
-    "methods", list(demo.SWEEP_METHODS), "Sweep: methods, and the controls clip (plain contrastive fine-tuning "
-    "of the text side) and clip_all (of all of CLIP).")
+    "methods", list(demo.SWEEP_METHODS), "Sweep: methods, the controls clip (plain contrastive fine-tuning "
+    "of the text side) and clip_all (of all of CLIP), and the ablations (a method's config with values changed: "
+    "demo/run.py ABLATIONS).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Sweep: seeds (integers).")
 _PRETRAIN = flags.DEFINE_string(
     "pretrain", None, "Instead: pretrain the demo's starting point from scratch in --workdir (seed --seed; the "
@@ -38,8 +39,9 @@ _PRETRAIN = flags.DEFINE_string(
 _DIAGNOSE = flags.DEFINE_string(
     "diagnose", None, "Instead: the probes and bag-of-words gap of a CLIP (alone or 'shipped': the shipped model; "
     "or an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's held-out scenes.")
-_NEGATIVE_KINDS = flags.DEFINE_bool("negative_kinds", False,
-                                    "Instead: count what CLIC's hard negatives swap on <workdir>/world's captions.")
+_NEGATIVE_KINDS = flags.DEFINE_bool(
+    "negative_kinds", False, "Instead: what CLIC's hard negatives trade on <workdir>/world's first sentences (the "
+    "exact distribution, by kind of word), the swap-twin rate and the caption lengths (issue 31's rules 1–3).")
 _ALLOW = flags.DEFINE_list(
     "allow_config_change", [], "With --method: config keys (or dotted prefixes) whose change from the runs recorded "
     "in --workdir is accepted on resume, as python -m compclip_jax.main takes them, e.g. total_steps,optim.lr.")
@@ -63,10 +65,14 @@ def _negative_kinds(workdir: str) -> None:
   if not os.path.exists(rows):
     raise cli.UserError(f"{rows} not found: --negative_kinds reads the world a demo wrote; run the demo in "
                         f"{workdir} first")
-  counts = diagnostics.clic_negative_kinds(rows)
-  total = sum(counts.values())
-  for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]):
-    print(f"{kind:>20}: {k:5d}  {100 * k / total:5.1f} %")
+  gate = diagnostics.world_gate(os.path.dirname(rows))
+  print("CLIC's negatives by the kinds of the two words traded (exact distribution over 2,000 random pairs):")
+  for kind, p in sorted(gate["clic_negatives"].items(), key=lambda kv: -kv[1]):
+    print(f"{kind:>40}: {100 * p:6.2f} %")
+  print(f"same kind (two content words of one kind): {100 * gate['same_kind_share']:.2f} % of the negatives made")
+  print(f"swap twins in a batch of 32: {100 * gate['swap_twin_rate_batch32']:.2f} % of the images")
+  print("words: first sentences {}–{}, further sentences {}–{}; further sentences per row {}–{}".format(
+      *gate["first_sentence_words"], *gate["extra_sentence_words"], *gate["extra_sentences"]))
 
 
 def _diagnose(target: str, checked, workdir: str, seed: int) -> None:
@@ -83,13 +89,15 @@ def _diagnose(target: str, checked, workdir: str, seed: int) -> None:
 
 def _option_problems(opts: demo.DemoOptions) -> list[str]:
   """The DemoOptions values that make no sense: a pretraining batch, step count or learning rate ≤ 0 (or NaN), a
-  bag_noise that is no probability."""
+  bag_noise that is no probability, a negative collage_negatives weight."""
   out = [
       f"--{f.name}={getattr(opts, f.name)}: must be > 0" for f in dataclasses.fields(opts)
       if f.name.endswith(("_batch", "_steps", "_lr")) and not getattr(opts, f.name) > 0
   ]
   if not 0 <= opts.bag_noise <= 1:
     out.append(f"--bag_noise={opts.bag_noise}: a probability, in [0, 1]")
+  if not opts.collage_negatives >= 0:
+    out.append(f"--collage_negatives={opts.collage_negatives}: a loss weight, ≥ 0")
   return out
 
 

@@ -5,18 +5,24 @@ configs run the same loaders, transforms and evaluators as a real run. Training 
 (`evals.source="synthetic"`, `compclip_jax.evaluators.run.benchmark_dirs`); each is written once, on process 0, and
 recorded in a manifest (`world.json`, `benchmarks.json`) that makes a rerun reuse it and refuse another (size, seed).
 
-Scenes hold one or two objects (colour, shape, size) with a spatial relation between them, each object about half
-the image's central square across (what a 64 px, patch-8 vision tower can see); images have varied sizes in both
-orientations. Each image gets captions in varied phrasings, a multi-sentence description (CLIC's extra sentences) and
-paraphrases (READ's). A world written with `binding_noise` p describes, in each caption independently with
-probability p, the two objects with their colours exchanged ("a blue square left of a red circle" for a red square
-left of a blue circle): at p = 0.5 its captions say which colours and shapes an image holds but nothing about which
-goes with which — the bag-of-words supervision under which the demo's pretrained text tower learns (docs/demo.md).
+World format 3 (issue 31: CLIC's data regime, rules fixed before any model of it existed; docs/demo.md). Every scene
+holds two objects, one small and one large, each with a colour (10), a shape (10) and a texture (plain, striped,
+dotted), one above, below or beside the other, on a background that the scene word names (outdoors, nearby,
+ashore, aloft). Each image gets a first sentence in one template — "a small red heart above a large blue star
+outdoors" — naming both objects with two attributes each (size, colour), the relation and the scene word (10 words:
+CLIC's swappable words are then one kind per spaCy class: colours ADJ, shapes NOUN, relations ADP, scene words ADV;
+the sizes are in every first sentence, so CLIC's shared-word removal never offers them), 3–5 further sentences from
+22 templates about textures, sizes, places and the scene, other phrasings (COCO captions) and paraphrases (READ's).
+Images have varied sizes in both orientations; objects lie in the central square (what the centre crop keeps). A
+world written with `binding_noise` p describes, in each caption independently with probability p, the two objects
+with their colours exchanged, and with probability p their shapes: at p = 0.5 its captions say which colours and
+shapes an image holds but nothing about which goes with which (nor which is small, nor where) — the bag-of-words
+supervision under which the demo's pretrained text tower learns.
 
 Held out: a fixed set of *pairings* {(c1, s1), (c2, s2)} of two colour–shape bindings. Training scenes never hold a
-held-out pairing (in any two of their objects); benchmark scenes are built on one. Every single binding ("red square")
-is seen in training, but neither a benchmark image's pairing nor its swap ({(c2, s1), (c1, s2)}, the same pairing key)
-ever is, so a model cannot pass the swap tests by remembering which pairs go together — it has to bind.
+held-out pairing; benchmark scenes are built on one. Every single binding ("red square") is seen in training, but
+neither a benchmark image's pairing nor its swap ({(c2, s1), (c1, s2)}, the same pairing key) ever is, so a model
+cannot pass the swap tests by remembering which pairs go together — it has to bind.
 """
 from __future__ import annotations
 
@@ -28,34 +34,34 @@ import os
 import numpy as np
 from PIL import Image, ImageDraw
 
-# Few colours on purpose: with many, colour alone tells the images of a batch apart and plain contrastive training
-# never learns shapes (nor, then, which colour goes with which shape).
+# Colour words spaCy's small English pipeline tags ADJ in ≥ 99 % of these sentences (white, purple, orange, silver …
+# are often NOUN / PROPN, which would put them in the shapes' class); RGB values far from each other and from every
+# background.
 COLORS = {
-    "red": (220, 40, 40), "blue": (40, 70, 220), "green": (40, 170, 60), "yellow": (235, 210, 40),
-    "white": (245, 245, 245)
+    "red": (215, 35, 35), "yellow": (240, 220, 40), "green": (35, 160, 55), "blue": (35, 65, 215),
+    "pink": (245, 140, 190), "brown": (120, 70, 30), "black": (15, 15, 15), "gray": (115, 115, 115),
+    "golden": (195, 145, 15), "beige": (205, 180, 135)
 }
-SHAPES = ("square", "circle", "triangle", "diamond", "star")
+# shape words spaCy tags NOUN in ≥ 98 % of these sentences (square, cross, hexagon … are not)
+SHAPES = ("circle", "triangle", "diamond", "star", "heart", "arrow", "ring", "oval", "rectangle", "drop")
 SIZES = ("small", "large")
-RELATIONS = ("to the left of", "to the right of", "above", "below")
-OPPOSITE = {
-    "to the left of": "to the right of", "to the right of": "to the left of", "above": "below", "below": "above"
-}
-# slot of (first, second) object per relation; slots are regions of the image's central square (what the CLIP
-# transform's centre crop keeps): 0 left, 1 right, 2 top, 3 bottom, 4 centre (a lone object). Large objects fill
-# ~46 % of the square (≈ 29 px at 64 px, 3–4 patches of 8), small ones ~36 %: the vision tower sees the shapes.
-_SLOT_OF = {"to the left of": (0, 1), "to the right of": (1, 0), "above": (2, 3), "below": (3, 2)}
+TEXTURES = ("plain", "striped", "dotted")
+RELATIONS = ("above", "below", "beside")  # single words, ADP: "to the left of" would add a NOUN and two ADPs
+OPPOSITE = {"above": "below", "below": "above", "beside": "beside"}
+# the scene word (ADV) and the background it names
+SCENES = {"outdoors": (180, 212, 168), "nearby": (212, 212, 218), "ashore": (236, 222, 236), "aloft": (176, 202, 238)}
+# object slots as fractions of the image's central square: 0 left, 1 right, 2 top, 3 bottom. Large objects fill
+# ~46 % of the square (≈ 29 px at 64 px, 3–4 patches of 8), small ones ~32 %.
 _SLOTS = {
-    0: (0.02, 0.27, 0.48, 0.73), 1: (0.52, 0.27, 0.98, 0.73), 2: (0.27, 0.02, 0.73, 0.48), 3: (0.27, 0.52, 0.73, 0.98),
-    4: (0.25, 0.25, 0.75, 0.75)
+    0: (0.02, 0.27, 0.48, 0.73), 1: (0.52, 0.27, 0.98, 0.73), 2: (0.27, 0.02, 0.73, 0.48), 3: (0.27, 0.52, 0.73, 0.98)
 }
-SMALL_SHRINK = 0.05  # a small object's box is inset by this fraction of the square on each side
-NUM_OBJECTS_P = (0.2, 0.8)  # P(1, 2 objects) in training scenes
+SMALL_SHRINK = 0.07  # a small object's box is inset by this fraction of the square on each side
 HELD_OUT_FRACTION = 0.2
 
 
 def pairing_key(o1, o2) -> tuple:
-  """Key of the pairing of two objects (size, colour, shape): the unordered colours and the unordered shapes. An
-  attribute swap or an object swap keeps it."""
+  """Key of the pairing of two objects (size, colour, shape, texture): the unordered colours and the unordered
+  shapes. An attribute swap or an object swap keeps it."""
   return tuple(sorted((o1[1], o2[1]))), tuple(sorted((o1[2], o2[2])))
 
 
@@ -69,40 +75,93 @@ def held_out_pairings(seed: int = 0) -> frozenset:
   return frozenset(keys[i] for i in pick)
 
 
-def _objects(rng: np.random.Generator, n: int) -> list[tuple[str, str, str]]:
-  colors = rng.choice(list(COLORS), n, replace=False)  # distinct colours: the colour names each object
-  return [(str(rng.choice(SIZES)), str(c), str(rng.choice(SHAPES))) for c in colors]
+def _objects(rng: np.random.Generator) -> list[tuple[str, str, str, str]]:
+  """Two objects (size, colour, shape, texture): one small and one large, in random order; distinct colours (the
+  colour names each object)."""
+  sizes = [str(z) for z in rng.permutation(SIZES)]
+  colors = rng.choice(list(COLORS), 2, replace=False)
+  return [(z, str(c), str(rng.choice(SHAPES)), str(rng.choice(TEXTURES))) for z, c in zip(sizes, colors)]
 
 
 def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False) -> dict:
-  """A training scene (its two objects, if it has two, do not form a held-out pairing) or, with `benchmark`, a
-  two-object scene whose objects do."""
+  """A training scene (its two objects do not form a held-out pairing) or, with `benchmark`, one whose objects do.
+  → {"objects": [a, b] (a is named first), "relation": a's place relative to b, "scene": the scene word,
+  "side": a's slot when beside (0 left, 1 right)}"""
   while True:
-    n = 2 if benchmark else int(rng.choice((1, 2), p=NUM_OBJECTS_P))
-    objs = _objects(rng, n)
-    if n == 1 or (pairing_key(*objs) in held) == benchmark:
-      return {"objects": objs, "relation": str(rng.choice(RELATIONS))}
+    objs = _objects(rng)
+    rel, where = str(rng.choice(RELATIONS)), str(rng.choice(list(SCENES)))
+    side = int(rng.integers(2))
+    if (pairing_key(*objs) in held) == benchmark:
+      return {"objects": objs, "relation": rel, "scene": where, "side": side}
 
 
-def _draw(d: ImageDraw.ImageDraw, shape: str, box, color) -> None:
+def slots(sc: dict) -> tuple[int, int]:
+  """The slots (_SLOTS) of the scene's two objects."""
+  rel = sc["relation"]
+  if rel == "beside":
+    return (0, 1) if sc.get("side", 0) == 0 else (1, 0)
+  return (2, 3) if rel == "above" else (3, 2)
+
+
+def _draw(d: ImageDraw.ImageDraw, shape: str, box, fill) -> None:
   x0, y0, x1, y1 = box
   cx, cy, rx, ry = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2
-  if shape == "square":
-    d.rectangle(box, fill=color)
-  elif shape == "circle":
-    d.ellipse(box, fill=color)
+  poly = lambda pts: d.polygon([(cx + u * rx, cy + v * ry) for u, v in pts], fill=fill)
+  if shape == "circle":
+    d.ellipse(box, fill=fill)
+  elif shape == "oval":  # upright, half as wide as tall
+    d.ellipse((cx - 0.5 * rx, y0, cx + 0.5 * rx, y1), fill=fill)
+  elif shape == "ring":
+    d.ellipse(box, fill=fill)
+    d.ellipse((cx - 0.5 * rx, cy - 0.5 * ry, cx + 0.5 * rx, cy + 0.5 * ry), fill=0)
+  elif shape == "rectangle":  # wide, half as tall as wide
+    d.rectangle((x0, cy - 0.5 * ry, x1, cy + 0.5 * ry), fill=fill)
   elif shape == "triangle":
-    d.polygon([(cx, y0), (x1, y1), (x0, y1)], fill=color)
+    poly([(0, -1), (1, 1), (-1, 1)])
   elif shape == "diamond":
-    d.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=color)
+    poly([(0, -1), (1, 0), (0, 1), (-1, 0)])
+  elif shape == "arrow":  # pointing right
+    poly([(-1, -0.3), (0.1, -0.3), (0.1, -0.9), (1, 0), (0.1, 0.9), (0.1, 0.3), (-1, 0.3)])
+  elif shape == "heart":
+    d.ellipse((x0, y0, cx + 0.05 * rx, cy + 0.1 * ry), fill=fill)
+    d.ellipse((cx - 0.05 * rx, y0, x1, cy + 0.1 * ry), fill=fill)
+    poly([(-0.97, -0.1), (0.97, -0.1), (0, 1)])
+  elif shape == "drop":  # a point on top, round below
+    d.ellipse((x0 + 0.15 * rx, cy - 0.3 * ry, x1 - 0.15 * rx, y1), fill=fill)
+    poly([(0, -1), (0.8, 0.25), (-0.8, 0.25)])
   else:  # a five-pointed star
-    pts = [(cx + (rx if k % 2 == 0 else 0.45 * rx) * np.sin(k * np.pi / 5),
-            cy - (ry if k % 2 == 0 else 0.45 * ry) * np.cos(k * np.pi / 5)) for k in range(10)]
-    d.polygon(pts, fill=color)
+    poly([((1 if k % 2 == 0 else 0.45) * np.sin(k * np.pi / 5), -(1 if k % 2 == 0 else 0.45) * np.cos(k * np.pi / 5))
+          for k in range(10)])
+
+
+def _shade(color) -> tuple:
+  """The texture's second colour: darker for a light colour, lighter for a dark one."""
+  c = np.asarray(color, np.float64)
+  return tuple(int(v) for v in (c * 0.5 if c.mean() > 90 else c + 110))
+
+
+def _paint(img: Image.Image, shape: str, box, color, texture: str) -> None:
+  """One object: its shape as a mask, filled with its colour and texture (stripes or dots in a second shade)."""
+  x0, y0, x1, y1 = (int(round(v)) for v in box)
+  w, h = x1 - x0, y1 - y0
+  mask = Image.new("L", (w, h), 0)
+  _draw(ImageDraw.Draw(mask), shape, (0, 0, w - 1, h - 1), 255)
+  fill = Image.new("RGB", (w, h), color)
+  d, period = ImageDraw.Draw(fill), max(4, w // 5)
+  if texture == "striped":
+    for y in range(0, h, period):
+      d.rectangle((0, y, w, y + period // 2 - 1), fill=_shade(color))
+  elif texture == "dotted":
+    r = max(1, period // 4)
+    for y in range(period // 2, h, period):
+      for x in range(period // 2, w, period):
+        d.ellipse((x - r, y - r, x + r, y + r), fill=_shade(color))
+  img.paste(fill, (x0, y0), mask)
 
 
 def render(sc: dict, rng: np.random.Generator) -> Image.Image:
-  """Varied sizes, both orientations; objects drawn inside the central square, so the centre crop keeps them.
+  """Varied sizes, both orientations; objects drawn inside the central square, so the centre crop keeps them; the
+  background is the scene word's.
 
   Long side 1.6–2 × the short one: CLIC squashes an image into half of the concatenated input (half width for a
   tall image, half height for a wide one), which then keeps its objects' proportions roughly intact."""
@@ -110,21 +169,19 @@ def render(sc: dict, rng: np.random.Generator) -> Image.Image:
   w = int(h * rng.uniform(1.6, 2.0))
   if rng.random() < 0.5:
     w, h = h, w
-  img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(90, 160, 3)))
-  d = ImageDraw.Draw(img)
+  bg = np.clip(np.asarray(SCENES[sc["scene"]]) + rng.integers(-8, 9, 3), 0, 255)
+  img = Image.new("RGB", (w, h), tuple(int(v) for v in bg))
   side = min(w, h)
   ox, oy = (w - side) / 2, (h - side) / 2
-  objs, rel = sc["objects"], sc["relation"]
-  slots = [4] if len(objs) == 1 else list(_SLOT_OF[rel])
-  for (size, color, shape), slot in zip(objs, slots):
+  for (size, color, shape, texture), slot in zip(sc["objects"], slots(sc)):
     x0, y0, x1, y1 = _SLOTS[slot]
     shrink = (0.0 if size == "large" else SMALL_SHRINK) + rng.uniform(0.0, 0.015)
     box = (ox + (x0 + shrink) * side, oy + (y0 + shrink) * side, ox + (x1 - shrink) * side, oy + (y1 - shrink) * side)
-    _draw(d, shape, box, COLORS[color])
+    _paint(img, shape, box, COLORS[color], texture)
   return img
 
 
-def _np(o, size: bool = False) -> str:
+def _np(o, size: bool = True) -> str:
   return f"a {o[0]} {o[1]} {o[2]}" if size else f"a {o[1]} {o[2]}"
 
 
@@ -132,53 +189,93 @@ def _the(o) -> str:
   return f"the {o[1]} {o[2]}"
 
 
+def first_sentence(sc: dict) -> str:
+  """The first sentence's one template (CLIC's negatives are built on it; the benchmark captions use it too):
+  'a small red heart above a large blue star outdoors'."""
+  a, b = sc["objects"]
+  return f"{_np(a)} {sc['relation']} {_np(b)} {sc['scene']}"
+
+
 def phrasings(sc: dict) -> list[str]:
-  """Every phrasing of a scene the world uses (the first is the benchmark caption's template)."""
-  objs, r = sc["objects"], sc["relation"]
-  if len(objs) == 1:
-    o = objs[0]
-    return [
-        _np(o), f"there is {_np(o)}", f"{_np(o, True)} on its own", f"a picture of {_np(o)}",
-        f"{_np(o, True)} in the middle", f"only one shape: {_np(o)}"
-    ]
-  a, b = objs[:2]
+  """Every phrasing of a scene's first sentence the world uses (the first: `first_sentence`)."""
+  (a, b), r, where = sc["objects"], sc["relation"], sc["scene"]
   return [
-      f"{_np(a)} {r} {_np(b)}", f"there is {_np(a)} {r} {_np(b)}", f"{_the(a)} is {r} {_the(b)}",
-      f"{_np(a, True)} {r} {_np(b, True)}", f"{_np(b)} {OPPOSITE[r]} {_np(a)}", f"{r} {_np(b)} there is {_np(a)}",
-      f"a picture of {_np(a)} {r} {_np(b)}"
+      first_sentence(sc), f"there is {_np(a)} {r} {_np(b)} {where}", f"{_np(b)} {OPPOSITE[r]} {_np(a)} {where}",
+      f"{_the(a)} is {r} {_the(b)} {where}", f"a picture of {_np(a, False)} {r} {_np(b, False)} {where}",
+      f"{where} there is {_np(a)} {r} {_np(b)}", f"two shapes {where}: {_np(a)} {r} {_np(b)}"
   ]
 
 
+_PATTERN = {"plain": "no pattern", "striped": "stripes", "dotted": "dots"}
+
+
+def _extra_templates(sc: dict) -> list[str | None]:
+  """The further sentences a scene's description can hold (None: the template does not apply to this scene)."""
+  (a, b), r, where = sc["objects"], sc["relation"], sc["scene"]
+  small, large = (a, b) if a[0] == "small" else (b, a)
+  one_shape = a[2] == b[2]  # then a sentence naming a shape alone does not say which object
+  first, second = ((a, b) if slots(sc)[0] in (0, 2) else (b, a))  # top / left one first
+  place = ("at the top", "at the bottom") if r != "beside" else ("on the left", "on the right")
+  return [
+      f"the {a[1]} {a[2]} is {a[3]}", f"the {b[1]} {b[2]} is {b[3]}", f"the {a[0]} {a[2]} is {a[1]}",
+      f"the {b[0]} {b[2]} is {b[1]}", f"the {a[1]} shape is a {a[2]}", f"the {b[1]} shape is a {b[2]}",
+      None if one_shape else f"the {a[2]} is {a[0]} and {a[1]}", None if one_shape else f"the {b[2]} is {b[0]} and "
+      f"{b[1]}", "there are two shapes in the picture", f"both shapes are {where}",
+      f"one shape is {a[1]} and the other is {b[1]}", f"the {a[1]} {a[2]} has {_PATTERN[a[3]]}",
+      f"the {b[1]} {b[2]} has {_PATTERN[b[3]]}", f"the {first[1]} {first[2]} is {place[0]}",
+      f"the {second[1]} {second[2]} is {place[1]}", f"the {a[0]} shape is {a[3]}", f"the {b[0]} shape is {b[3]}",
+      f"the larger shape is a {large[1]} {large[2]}", f"the smaller shape is a {small[1]} {small[2]}",
+      f"{_np(a, False)} and {_np(b, False)} are shown {where}", None if one_shape else f"the {a[2]} is {r} the {b[2]}",
+      f"the two shapes are a {a[2]} and a {b[2]}"
+  ]
+
+
+EXTRA_TEMPLATES = 22
+EXTRA_SENTENCES = (3, 5)  # how many further sentences a description holds (inclusive)
+
+
 def colours_exchanged(sc: dict) -> dict:
-  """The scene with its two objects' colours exchanged (a one-object scene as it is): what a caption of
-  `binding_noise` describes instead of the scene."""
-  if len(sc["objects"]) < 2:
-    return sc
-  (z1, c1, s1), (z2, c2, s2) = sc["objects"]
-  return {**sc, "objects": [(z1, c2, s1), (z2, c1, s2)]}
+  """The scene with its two objects' colours exchanged (its colour-swapped twin)."""
+  return exchanged(sc, colours=True, shapes=False)
+
+
+def exchanged(sc: dict, colours: bool, shapes: bool) -> dict:
+  """The scene with its two objects' colours and / or shapes exchanged (sizes, textures and places kept): what a
+  caption of `binding_noise` describes instead of the scene."""
+  (z1, c1, s1, t1), (z2, c2, s2, t2) = sc["objects"]
+  if colours:
+    c1, c2 = c2, c1
+  if shapes:
+    s1, s2 = s2, s1
+  return {**sc, "objects": [(z1, c1, s1, t1), (z2, c2, s2, t2)]}
 
 
 def captions(sc: dict, rng: np.random.Generator, binding_noise: float = 0.0,
              noise_rng: np.random.Generator | None = None) -> dict:
-  """main (the CLIC CSV caption), extra (its further sentences), coco (5), paraphrases (of `main`).
+  """main (the CLIC CSV's first sentence: `first_sentence`), extra (3–5 further sentences), coco (5: the first
+  sentence and four other phrasings), paraphrases (the other phrasings).
 
-  With `binding_noise` p, each caption (and the extra sentences, as one) describes `colours_exchanged(sc)` with
-  probability p, drawn from `noise_rng` (default `rng`; a world draws them from a generator of their own, so its
-  images and phrasings are those of the same world without noise)."""
-  order = [int(k) for k in rng.permutation(len(phrasings(sc)))]
+  With `binding_noise` p, each caption (and the extra sentences, as one) describes the scene with its two objects'
+  colours exchanged with probability p and, independently, their shapes exchanged with probability p (`exchanged`),
+  drawn from `noise_rng` (default `rng`; a world draws them from a generator of their own, so its images and
+  phrasings are those of the same world without noise). At p = 0.5 a caption says nothing about which colour goes with
+  which shape, nor which shape or colour is the small one or in which place."""
+  order = [0] + [1 + int(k) for k in rng.permutation(len(phrasings(sc)) - 1)]
+  candidates = [k for k, t in enumerate(_extra_templates(sc)) if t is not None]
+  n_extra = int(rng.integers(EXTRA_SENTENCES[0], EXTRA_SENTENCES[1] + 1))
+  picked = [int(k) for k in rng.choice(candidates, n_extra, replace=False)]
   told = [sc] * (len(order) + 1)
   if binding_noise > 0:
     noise_rng = noise_rng or rng
-    told = [colours_exchanged(sc) if noise_rng.random() < binding_noise else sc for _ in told]
+    told = [exchanged(sc, noise_rng.random() < binding_noise, noise_rng.random() < binding_noise) for _ in told]
   ph = [phrasings(t)[k] for t, k in zip(told, order)]  # ph[i]: the i-th phrasing drawn, of what caption i tells
-  objs = told[-1]["objects"]
-  count = {1: "there is one shape in the picture", 2: "there are two shapes in the picture"}[len(objs)]
-  extra = [f"{_the(o)} is {o[0]}" for o in objs] + [count]
-  return {"main": ph[0], "extra": extra, "coco": ph[:5], "paraphrases": ph[5:] or [ph[-1]]}
+  extra = [_extra_templates(told[-1])[k] for k in picked]
+  return {"main": ph[0], "extra": extra, "coco": ph[:5], "paraphrases": ph[5:]}
 
 
 WORLD_MANIFEST, BENCHMARKS_MANIFEST = "world.json", "benchmarks.json"
-WORLD_FORMAT = 2  # bump when the files a (size, seed) world holds change (2: larger objects, no third object)
+WORLD_FORMAT = 3  # bump when the files a (size, seed) world holds change (2: larger objects, no third object;
+# 3: issue 31's world, two objects of four attributes, one first-sentence template, 22 extra-sentence templates)
 
 
 def _check_manifest(path: str, want: dict, what: str) -> bool:
@@ -207,7 +304,7 @@ def world_paths(root: str) -> dict:
   return {
       "images": os.path.join(root, "images"), "csv": os.path.join(root, "clic_rows.csv"),
       "coco_json": os.path.join(root, "dataset_coco.json"), "paraphrases": os.path.join(root, "paraphrases.json"),
-      "manifest": os.path.join(root, WORLD_MANIFEST)
+      "scenes": os.path.join(root, "scenes.json"), "manifest": os.path.join(root, WORLD_MANIFEST)
   }
 
 
@@ -239,9 +336,10 @@ def write_world(root: str, n: int, seed: int = 0, binding_noise: float = 0.0) ->
   os.makedirs(paths["images"], exist_ok=True)
   rng, noise_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
   held = held_out_pairings()
-  rows, images, paras = [], [], {}
+  rows, images, paras, scenes = [], [], {}, []
   for i in range(n):
     sc = scene(rng, held)
+    scenes.append(sc)
     name = f"{i:05d}.png"
     render(sc, rng).save(os.path.join(paths["images"], name))
     caps = captions(sc, rng, binding_noise, noise_rng)
@@ -251,12 +349,14 @@ def write_world(root: str, n: int, seed: int = 0, binding_noise: float = 0.0) ->
         "sentences": [{"raw": c} for c in caps["coco"]]
     })
     paras[str(i)] = caps["paraphrases"]
-  with open(paths["csv"], "w", newline="") as f:  # csv quotes the captions of 3-object scenes (they hold a comma)
+  with open(paths["csv"], "w", newline="") as f:  # csv quotes a caption that holds a comma
     csv.writer(f, lineterminator="\n").writerows(rows)
   with open(paths["coco_json"], "w") as f:
     json.dump({"images": images, "dataset": "synthetic"}, f)
   with open(paths["paraphrases"], "w") as f:
     json.dump(paras, f)
+  with open(paths["scenes"], "w") as f:  # what each image shows, for the diagnostics (demo/diagnose.py)
+    json.dump(scenes, f)
   _write_manifest(paths["manifest"], world_record(n, seed, binding_noise))
   return paths
 
@@ -301,25 +401,54 @@ def _other(options, exclude, rng) -> str:
 
 
 def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
-  """One SugarCrepe-style (caption, negative) per subset for a benchmark scene, plus SugarCrepe++'s second positive
-  (the same meaning in other words: the relation inverted)."""
-  objs, r = sc["objects"], sc["relation"]
-  (z1, c1, s1), (z2, c2, s2) = objs
-  say = lambda a, rel, b: f"{a} {rel} {b}"
-  cap = say(f"a {c1} {s1}", r, f"a {c2} {s2}")
-  c3 = _other(COLORS, {o[1] for o in objs}, rng)
-  rows = {
-      "replace_att": say(f"a {c3} {s1}", r, f"a {c2} {s2}"), "replace_obj": say(f"a {c1} {_other(SHAPES, {s1}, rng)}",
-                                                                                r, f"a {c2} {s2}"),
-      "replace_rel": say(f"a {c1} {s1}", OPPOSITE[r], f"a {c2} {s2}"),
-      "swap_att": say(f"a {c2} {s1}", r, f"a {c1} {s2}"), "add_att": say(f"a {_other(SIZES, {z1}, rng)} {c1} {s1}", r,
-                                                                         f"a {c2} {s2}"),
-      "add_obj": say(f"a {c1} {s1} and a {c3} {_other(SHAPES, (), rng)}", r, f"a {c2} {s2}")
-  }
+  """One SugarCrepe-style (caption, negative) per subset for a benchmark scene, captions in the first sentence's
+  template, plus SugarCrepe++'s second positive (the same meaning in other words: the other object first, the
+  relation inverted)."""
+  (a, b), r = sc["objects"], sc["relation"]
+  (z1, c1, s1, t1), (z2, c2, s2, _) = a, b
+  say = lambda o1, rel, o2: first_sentence({**sc, "objects": [o1, o2], "relation": rel})
+  cap = say(a, r, b)
+  c3 = _other(COLORS, {c1, c2}, rng)
+  texture = _other(("striped", "dotted"), {t1}, rng)  # a texture the first object does not have
+  rows = {"replace_att": say((z1, c3, s1, t1), r, b)}
+  rows["replace_obj"] = say((z1, c1, _other(SHAPES, {s1}, rng), t1), r, b)
+  rows["replace_rel"] = say(a, OPPOSITE[r] if r != "beside" else _other(("above", "below"), (), rng), b)
+  rows["swap_att"] = say((z1, c2, s1, t1), r, (z2, c1, s2, t1))
+  rows["add_att"] = say((z1, f"{texture} {c1}", s1, t1), r, b)
+  rows["add_obj"] = say((z1, c1, f"{s1} and a {c3} {_other(SHAPES, (), rng)}", t1), r, b)
   if s1 != s2:
-    rows["swap_obj"] = say(f"a {c1} {s2}", r, f"a {c2} {s1}")
-  para = f"a {c2} {s2} {OPPOSITE[r]} a {c1} {s1}"
+    rows["swap_obj"] = say((z1, c1, s2, t1), r, (z2, c2, s1, t1))
+  para = say(b, OPPOSITE[r], a)
   return {k: {"caption": cap, "caption2": para, "negative_caption": v} for k, v in rows.items()}
+
+
+def collage_swap_row(sc1: dict, sc2: dict) -> dict:
+  """CLIC's own task on two held-out scenes (a diagnostic, docs/demo.md): the caption of their collage (the two first
+  sentences joined as CLIC joins them) against the same text with the first objects' colours traded between the
+  two sentences — the cross swap CLIC's negative makes. The scenes' first objects have different colours."""
+  (z1, c1, s1, t1), b1 = sc1["objects"]
+  (z2, c2, s2, t2), b2 = sc2["objects"]
+  swapped1 = {**sc1, "objects": [(z1, c2, s1, t1), b1]}
+  swapped2 = {**sc2, "objects": [(z2, c1, s2, t2), b2]}
+  return {"caption": joined(sc1, sc2), "negative_caption": joined(swapped1, swapped2)}
+
+
+def collage(img1: Image.Image, img2: Image.Image, size: int = 128) -> Image.Image:
+  """Two images as CLIC concatenates them (METHODS §1.2 steps 1–3): each squashed into half of a size × size
+  square by its orientation (a tall one to the left or right half, a wide one to the top or bottom half; both of one
+  orientation here) and placed first / second."""
+  from compclip_jax.data.images import orientation  # pylint: disable=import-outside-toplevel
+  out = Image.new("RGB", (size, size))
+  tall = orientation(*img1.size) == "tall"
+  half = (size // 2, size) if tall else (size, size // 2)
+  out.paste(img1.resize(half, Image.Resampling.BICUBIC), (0, 0))
+  out.paste(img2.resize(half, Image.Resampling.BICUBIC), (size // 2, 0) if tall else (0, size // 2))
+  return out
+
+
+def joined(sc1: dict, sc2: dict) -> str:
+  """The caption of a collage of two scenes: their first sentences joined as CLIC joins them."""
+  return f"{first_sentence(sc1)}. {first_sentence(sc2)}."
 
 
 def benchmarks_record(n: int, seed: int) -> dict:
@@ -339,13 +468,15 @@ def read_benchmarks(data_dir: str, n: int, seed: int, image_dir: str = "") -> di
 def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") -> dict:
   """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes, each built on a held-out pairing,
   in the real formats: annotations as `python -m compclip_jax.evaluate --data_dir` reads them (`sugarcrepe/`,
-  `sugarcrepe_pp/`, `retrieval/`) under `data_dir`, images under `image_dir` (default `<data_dir>/images`), then
-  `benchmarks.json`. Complete files of the same (n, seed) are reused; another (n, seed) raises (ValueError).
+  `sugarcrepe_pp/`, `retrieval/`) under `data_dir`, images under `image_dir` (default `<data_dir>/images`); the
+  cross-collage swap test (`collage_swap_row`: collages of two of these scenes of one orientation, in SugarCrepe's
+  row format, `collage/swap_att.json`); then `benchmarks.json`. Complete files of the same (n, seed) are reused;
+  another (n, seed) raises (ValueError).
   → {"data_dir", "image_dir"}"""
   data, images = data_dir, image_dir or os.path.join(data_dir, "images")
   if _check_manifest(os.path.join(data, BENCHMARKS_MANIFEST), benchmarks_record(n, seed), "benchmarks"):
     return {"data_dir": data, "image_dir": images}
-  for d in ("sugarcrepe", "sugarcrepe_pp", "retrieval"):
+  for d in ("sugarcrepe", "sugarcrepe_pp", "retrieval", "collage"):
     os.makedirs(os.path.join(data, d), exist_ok=True)
   os.makedirs(images, exist_ok=True)
   rng = np.random.default_rng(seed)
@@ -353,10 +484,22 @@ def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") 
   sc: dict[str, dict] = {}
   scpp: dict[str, list] = {}
   karpathy = []
+  waiting: dict[bool, tuple] = {}  # orientation → (scene, image) waiting for a partner of its orientation
+  collages: dict[str, dict] = {}
   for i in range(n):
     scene_ = scene(rng, held, benchmark=True)
     name = f"bench_{i:05d}.png"
-    render(scene_, rng).save(os.path.join(images, name))
+    img = render(scene_, rng)
+    img.save(os.path.join(images, name))
+    tall = img.size[0] < img.size[1]
+    other = waiting.get(tall)
+    if other is not None and other[0]["objects"][0][1] != scene_["objects"][0][1]:
+      name2 = f"collage_{len(collages):05d}.png"
+      collage(other[1], img).save(os.path.join(images, name2))
+      collages[str(len(collages))] = {"filename": name2, **collage_swap_row(other[0], scene_)}
+      waiting.pop(tall)
+    else:
+      waiting[tall] = (scene_, img)
     for subset, row in benchmark_rows(scene_, rng).items():
       sc.setdefault(
           subset,
@@ -375,5 +518,7 @@ def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") 
       json.dump(rows, f)
   with open(os.path.join(data, "retrieval", "coco_test.json"), "w") as f:
     json.dump({"images": karpathy}, f)
+  with open(os.path.join(data, "collage", "swap_att.json"), "w") as f:
+    json.dump(collages, f)
   _write_manifest(os.path.join(data, BENCHMARKS_MANIFEST), benchmarks_record(n, seed))
   return {"data_dir": data, "image_dir": images}

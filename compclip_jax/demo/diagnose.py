@@ -32,8 +32,11 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
                                     seed + evaluators.SYNTHETIC_SEED_OFFSET)
   sc = evaluators.run_benchmarks(enc, ["sugarcrepe"], dirs["data_dir"], dirs["image_dir"])["sugarcrepe"]["metrics"]
   gaps = {k: sc[k] for _, *ks in GAP_ROWS for k in ks}
-  record = {"model": clip_dir, "seed": seed, "probes": probes, "sugarcrepe": gaps}
+  collage = collage_swap_accuracy(enc, dirs["data_dir"], dirs["image_dir"], ImageRef)
+  record = {"model": clip_dir, "seed": seed, "probes": probes, "sugarcrepe": gaps, "collage_swap": collage}
   lines = ["| diagnostic (held-out scenes, %) | image embeddings | text embeddings | chance |", "|---|---|---|---|"]
+  lines.append(f"| collage binding probe: a held-out half's own bindings above their swap | "
+               f"{100 * probes['image']['collage_binding']:.1f} | — | 50.0 |")
   for key, label in (("binding", "binding probe: own bindings above their swap (two shapes)"),
                      ("place", "place probe: which colour is where (two objects of one shape)"),
                      ("bag", "bag probe: which colours and shapes (per label)")):
@@ -43,6 +46,10 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   lines += ["", "| SugarCrepe (held-out, %) | replace | swap | gap |", "|---|---|---|---|"]
   for label, rep_, swap in GAP_ROWS:
     lines.append(f"| {label} | {100 * sc[rep_]:.1f} | {100 * sc[swap]:.1f} | {100 * (sc[rep_] - sc[swap]):+.1f} |")
+  lines += [
+      "", f"Cross-collage swap test (CLIC's own task, held-out scenes; a diagnostic): {100 * collage:.1f} % "
+      "(chance 50)"
+  ]
   text = "\n".join(lines)
   print(text, flush=True)
   with open(os.path.join(workdir, "diagnose.md"), "w") as f:
@@ -52,30 +59,69 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   return record
 
 
-RELATION_WORDS = frozenset(w for r in synthetic.RELATIONS for w in r.split()) - {"the"}
+def collage_swap_accuracy(enc, data_dir: str, image_dir: str, image_ref) -> float:
+  """The cross-collage swap test (synthetic.write_benchmarks' `collage/swap_att.json`): the share of collages whose
+  caption scores above its cross-swapped negative (ties count wrong)."""
+  with open(os.path.join(data_dir, "collage", "swap_att.json")) as f:
+    rows = list(json.load(f).values())
+  img = enc.images([image_ref(os.path.join(image_dir, r["filename"])) for r in rows])
+  pos, neg = enc.texts([r["caption"] for r in rows]), enc.texts([r["negative_caption"] for r in rows])
+  return float(np.mean(np.sum(img * pos, -1) > np.sum(img * neg, -1)))
 
 
-def _word_kind(word: str) -> str:
+def world_gate(world: str, n_pairs: int = 2000, seed: int = 0) -> dict:
+  """Issue 31's rules 1–3 measured on a written world (`<world>/clic_rows.csv`, `scenes.json`): the words of the
+  first sentences and of the further sentences (min, max), further sentences per row (min, max), the swap-twin rate
+  in batches of 32 (`swap_twin_rate`), and CLIC's negatives by kind (`clic_negative_kinds`, exact over n_pairs
+  random pairs) with the share that trades two content words of one kind."""
+  from compclip_jax.data.sources import CsvSource  # pylint: disable=import-outside-toplevel
+  rows = [sentences for _, sentences in CsvSource(os.path.join(world, "clic_rows.csv"), image_root="").rows]
+  with open(os.path.join(world, "scenes.json")) as f:
+    scenes = json.load(f)
+  words = lambda ss: [len(s.split()) for s in ss]
+  kinds = clic_negative_kinds(os.path.join(world, "clic_rows.csv"), n_pairs, seed)
+  return {
+      "first_sentence_words": [min(words(r[0] for r in rows)),
+                               max(words(r[0] for r in rows))],
+      "extra_sentence_words": [min(words(s for r in rows for s in r[1:])),
+                               max(words(s for r in rows for s in r[1:]))],
+      "extra_sentences": [min(len(r) - 1 for r in rows), max(len(r) - 1 for r in rows)],
+      "swap_twin_rate_batch32": swap_twin_rate(scenes, 32, seed), "clic_negatives": kinds,
+      "same_kind_share": same_kind_share(kinds)
+  }
+
+
+def word_kind(word: str) -> str:
+  """The kind of a word of the world's first sentences: colour, shape, size, relation, scene, or other (a function
+  word)."""
   for kind, vocab in (("colour", synthetic.COLORS), ("shape", synthetic.SHAPES), ("size", synthetic.SIZES),
-                      ("relation", RELATION_WORDS)):
+                      ("relation", synthetic.RELATIONS), ("scene", synthetic.SCENES)):
     if word in vocab:
       return kind
   return "other"
 
 
-def _moved_word(sentence: str, negative: str) -> str | None:
-  """The word of `sentence` that a cross swap replaced, read off whichever of the negative's two sentences it
-  became (the one differing from it in the fewest words); None if neither differs (no word of it moved)."""
-  words = Counter(sentence.rstrip(".").split())
-  lost = [words - Counter(part.rstrip(".").split()) for part in negative.split(". ")]
-  best = min(lost, key=lambda d: sum(d.values()))
-  return next(iter(best), None)
+def traded_words(sentences: tuple[str, str], negative: str) -> tuple[str, str] | None:
+  """The two words a swap traded, read off the negative: its two sentences against the originals in whichever
+  order changes fewer words (the join order is a coin flip), → (the word the first changed sentence lost, the word
+  it gained); None when no word moved."""
+  parts = [p.rstrip(".").split() for p in negative.split(". ")]
+  originals = [s.rstrip(".").split() for s in sentences]
+  best = None
+  for pa, pb in (parts, parts[::-1]):
+    if len(pa) == len(originals[0]) and len(pb) == len(originals[1]):
+      changed = [(x, y) for o, p in ((originals[0], pa), (originals[1], pb)) for x, y in zip(o, p) if x != y]
+      if best is None or len(changed) < len(best):
+        best = changed
+  return best[0] if best else None
 
 
-def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str, int]:
-  """CLIC's hard negatives (METHODS §1.2 step 6) on n random pairs of a synthetic world's main captions, counted by
-  the kind of word the cross swap moved between the two sentences (colour, shape, size, relation, other), or
-  "within one sentence" (the fallback single swap), or "none" (no negative; masked)."""
+def clic_negative_kinds(csv_path: str, n: int = 2000, seed: int = 0) -> dict[str, float]:
+  """What CLIC's hard negatives (METHODS §1.2 step 6) trade on n random pairs of a synthetic world's first
+  sentences, as probabilities from the *exact* distribution of the reference's choices for each pair
+  (`clic_negative_distribution`), averaged over the pairs: "<kind> ↔ <kind>" for the two words a cross swap traded
+  between the sentences ("colour ↔ colour": a same-kind content swap), "within one sentence: …" for the fallback
+  swap, "none" where no negative can be made (masked). Sums to 1."""
   from compclip_jax.data import negatives  # pylint: disable=import-outside-toplevel
   from compclip_jax.methods.clic import negatives as clic_negatives  # pylint: disable=import-outside-toplevel
   from compclip_jax.data.sources import CsvSource  # pylint: disable=import-outside-toplevel
@@ -83,14 +129,41 @@ def clic_negative_kinds(csv_path: str, n: int = 3000, seed: int = 0) -> dict[str
   firsts = [sentences[0] for _, sentences in src.rows]
   analyses = negatives.SpacyTagger()(firsts)
   rng = np.random.default_rng(seed)
-  counts: Counter = Counter()
+  out: Counter = Counter()
   for _ in range(n):
     i, j = (int(k) for k in rng.integers(len(firsts), size=2))
-    negative, how = clic_negatives.clic_negative(analyses[i], analyses[j], rng)
-    if negative is None or how != clic_negatives.CROSS:
-      kind = "none" if negative is None else "within one sentence"
-    else:
-      moved = _moved_word(analyses[i].text(), negative)
-      kind = "other" if moved is None else _word_kind(moved)
-    counts[kind] += 1
-  return dict(counts)
+    dist = clic_negatives.clic_negative_distribution(analyses[i], analyses[j])
+    for (negative, how), p in dist.items():
+      if negative is None:
+        out["none"] += p / n
+        continue
+      pair = (analyses[i].text(), analyses[j].text())
+      moved = traded_words(pair, negative)
+      kinds = " ↔ ".join(sorted(word_kind(w) for w in moved)) if moved else "nothing moved"
+      out[kinds if how == clic_negatives.CROSS else f"within one sentence: {kinds}"] += p / n
+  return dict(out)
+
+
+def same_kind_share(kinds: dict[str, float]) -> float:
+  """The share of negatives (masked ones left out) that trade two content words of the same kind."""
+  made = {k: p for k, p in kinds.items() if k != "none"}
+  same = sum(p for k, p in made.items()
+             if k.split(": ")[-1] in {f"{x} ↔ {x}" for x in ("colour", "shape", "size", "relation", "scene")})
+  return same / sum(made.values())
+
+
+def swap_twin_rate(scenes: list[dict], batch: int = 32, seed: int = 0) -> float:
+  """The share of images that find their exact colour-swapped twin in their own batch (random batches of `batch`
+  without replacement, as the training pipeline draws them): another image with the same two shapes whose colours
+  are exchanged ({(c2, s1), (c1, s2)} for {(c1, s1), (c2, s2)}; sizes, textures, places and scene free). Such a
+  twin is a NegCLIP-like hard negative that plain contrastive fine-tuning gets for free (issue 31 rule 2: < 1 %)."""
+  binding = lambda objs: tuple(sorted((o[1], o[2]) for o in objs))
+  keys = [binding(sc["objects"]) for sc in scenes]
+  twins = [binding(synthetic.colours_exchanged(sc)["objects"]) for sc in scenes]
+  order = np.random.default_rng(seed).permutation(len(scenes))
+  found = 0
+  for start in range(0, len(order) - batch + 1, batch):
+    members = order[start:start + batch]
+    present = Counter(keys[i] for i in members)
+    found += sum(present[twins[i]] - (twins[i] == keys[i]) > 0 for i in members)  # not itself (one shape twice)
+  return found / (len(order) // batch * batch)

@@ -51,19 +51,26 @@ class DemoOptions:
   By default the demo starts from the pretrained models shipped in the package (`SHIPPED`, made by
   `--pretrain=DIR` with these defaults); `from_scratch` trains them in the workdir instead (seeded by the run's seed),
   in three stages (docs/demo.md): collage contrastive (both towers), binding (both towers, NegCLIP's swap negatives),
-  then a text tower from scratch against the frozen vision tower on captions of `bag_noise` (bag-of-words)."""
+  then a text tower from scratch against the frozen vision tower on single images and captions of `bag_noise`
+  (bag-of-words). The text tower that is fine-tuned never sees a concatenated image or a method's negative (issue 31
+  rule 4): the first two stages' text tower is thrown away."""
   from_scratch: bool = False
-  model: str = "tiny"  # the CLIP pretrained from scratch (model.random: 'tiny' or an open_clip name)
+  model: str = "demo"  # the CLIP pretrained from scratch (model.random: 'demo', 'tiny' or an open_clip name)
   pretrain_batch: int = 64
   pretrain_lr: float = 1e-3
-  # stage 1: plain contrastive on single images *and* two-image collages with their joined captions (CLIC's
-  # concatenated inputs would otherwise be unlike anything the frozen vision tower has seen)
+  # stage 1: contrastive on single images *and* two-image collages with their joined captions (CLIC's
+  # concatenated inputs would otherwise be unlike anything the frozen vision tower has seen), plus, weighted by
+  # collage_negatives, CLIC's S-Neg term: its cross-collage swaps (a colour, shape, relation or scene word traded
+  # between the two halves' sentences) are told apart only by a vision tower that binds within each half. Its text
+  # tower is thrown away (stage 3), so the text tower that is fine-tuned never sees them (issue 31 rule 4).
   collage_steps: int = 1000
+  collage_negatives: float = 0.0
   # stage 2: both towers with NegCLIP's swap negatives: the image embedding must tell a red square and a blue circle
   # from a blue square and a red circle (the binding-aware vision tower of a converged CLIP)
-  binding_steps: int = 1000
-  # stage 3: a new text tower, vision frozen, stage 1's recipe on captions that exchange the two objects' colours
-  # with probability bag_noise: it learns which colours and shapes an image holds, not which goes with which
+  binding_steps: int = 2500
+  # stage 3: a new text tower, vision frozen, plain contrastive on single images (the first sentence, and the further
+  # sentences as extra positives, alternating with CLIP steps) whose captions exchange the two objects' colours with
+  # probability bag_noise: it learns which colours and shapes an image holds, not which goes with which
   text_steps: int = 1500
   bag_noise: float = 0.5
   decoder_steps: int = 300  # READ's decoder: reconstruction-only training on the frozen pretrained CLIP
@@ -102,12 +109,13 @@ def _pretrain_config(c, workdir: str, opts: DemoOptions, steps: int, world: str 
   return p
 
 
-def _collage_contrastive(p):
-  """CLIC's data with only its contrastive term (no negatives, no paraphrase term), alternating with CLIP steps on
-  single images: plain contrastive learning on singles and collages."""
+def _collage_contrastive(p, collages: bool = True, negatives: float = 0.0):
+  """CLIC's data with its contrastive term (and its S-Neg term weighted by `negatives`; no paraphrase term),
+  alternating with CLIP steps on single images: contrastive learning on singles and collages (or, without
+  `collages`, on singles only: the first sentence and the further sentences as positives of one image)."""
   p = as_method(p, "clic")
-  p.data.synthetic_format, p.clic.clip_every = "csv", 1
-  p.clic.w_cont, p.clic.w_sneg, p.clic.w_uni = 1.0, 0.0, 0.0
+  p.data.synthetic_format, p.clic.clip_every, p.clic.concat = "csv", 1, collages
+  p.clic.w_cont, p.clic.w_sneg, p.clic.w_uni = 1.0, negatives, 0.0
   return p
 
 
@@ -144,7 +152,7 @@ def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
   root = os.path.join(workdir, "pretrained")
   stages = {k: os.path.join(root, k) for k in ("collages", "binding", "text")}
   if not _done(stages["collages"]):
-    p = _collage_contrastive(_pretrain_config(c, workdir, opts, opts.collage_steps))
+    p = _collage_contrastive(_pretrain_config(c, workdir, opts, opts.collage_steps), negatives=opts.collage_negatives)
     p.model.random, p.model.init = opts.model, ""
     train.run(p, stages["collages"])
   if not _done(stages["binding"]):
@@ -153,7 +161,8 @@ def pretrain(c, workdir: str, opts: DemoOptions = DemoOptions()) -> str:
     p.model.random, p.model.init = "", _export(stages["collages"])
     train.run(p, stages["binding"])
   if not _done(stages["text"]):
-    p = _collage_contrastive(_pretrain_config(c, workdir, opts, opts.text_steps, "world_bag", opts.bag_noise))
+    p = _collage_contrastive(_pretrain_config(c, workdir, opts, opts.text_steps, "world_bag", opts.bag_noise),
+                             collages=False)
     p.optim.trainable, p.optim.frozen = config_lib.CLIP_TEXT, config_lib.CLIP_VISION
     p.model.random = ""
     p.model.init = new_text_tower(_export(stages["binding"]), os.path.join(root, "text_init"), c.seed + 1)
@@ -298,16 +307,30 @@ def report(run_dir: str, workdir: str, method: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- seed sweep
 # What a sweep can run: the methods, and two controls — plain contrastive fine-tuning on the same data and steps,
-# with what CLIC and NegCLIP train (the text side; "clip") and with what READ trains (all of CLIP; "clip_all").
-SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read", "clic_read")
+# with what CLIC and NegCLIP train (the text side; "clip") and with what READ trains (all of CLIP; "clip_all") — and
+# the ablations: a method's config with values changed, nothing else (issue 31 rule 7).
+ABLATIONS = {
+    "clic_no_sneg": ("clic", ("clic.w_sneg=0.0",)),  # no S-Neg term: CLIC's negatives unused
+    "clic_single": ("clic", ("clic.concat=False",)),  # METHODS §1.5: single images, single-sentence swaps
+    "clic_no_clip_steps": ("clic", ("clic.clip_every=0",)),  # CLIC steps only
+    "read_no_rec": ("read", ("read.w_rec=0.0",)),  # READ without token reconstruction
+    "read_no_align": ("read", ("read.w_align=0.0",)),  # READ without paraphrase alignment
+}
+SWEEP_METHODS = ("clip", "clip_all", "clic", "negclip", "read", "clic_read", *ABLATIONS)
 
 
 def demo_config(name: str):
-  """The `:demo` config of a method (a config name: clic, read, negclip, clip, clic_read) or of the control
-  "clip_all" (plain contrastive fine-tuning of all of CLIP)."""
+  """The `:demo` config of a method (a config name: clic, read, negclip, clip, clic_read), of the control
+  "clip_all" (plain contrastive fine-tuning of all of CLIP) or of an ablation (`ABLATIONS`)."""
   if name == "clip_all":
     c = config_files.load("clip").get_config("demo")
     c.optim.trainable, c.optim.frozen = config_lib.CLIP_TEXT + config_lib.CLIP_VISION, ()
+    return c
+  if name in ABLATIONS:
+    method, overrides = ABLATIONS[name]
+    c = demo_config(method)
+    for o in overrides:
+      override(c, o)
     return c
   if name not in config_files.names():
     raise UserError(f"no config named {name!r} (known: {', '.join(config_files.names())}, clip_all)")
@@ -347,8 +370,11 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
   return cols
 
 
-# each method's control: plain contrastive fine-tuning of what the method trains
-CONTROL_OF = {"clic": "clip", "negclip": "clip", "read": "clip_all", "clic_read": "clip"}
+# each method's control: plain contrastive fine-tuning of what the method trains (an ablation: its method's)
+CONTROL_OF = {
+    "clic": "clip", "negclip": "clip", "read": "clip_all", "clic_read": "clip",
+    **{name: {"clic": "clip", "read": "clip_all"}[method] for name, (method, _) in ABLATIONS.items()}
+}
 
 
 def override(c, assignment: str) -> None:

@@ -223,6 +223,14 @@ def named(name: str) -> CLIPConfig:
   return from_open_clip_dict(OPEN_CLIP_MODELS[base], quick_gelu=quick)
 
 
+def demo() -> CLIPConfig:
+  """The demo's CLIP (model.random="demo"): `tiny`'s text tower, a vision tower of width 128 and a 128-d joint space.
+  The synthetic world has 100 colour–shape bindings: a 32-d image embedding cannot hold them where a linear readout
+  finds them (the binding probe read 79 % from one whose text-matched swap accuracy was 98 %; docs/demo.md)."""
+  cfg = tiny()
+  return cfg.replace(vision=dataclasses.replace(cfg.vision, width=128, mlp_dim=256), embed_dim=128)
+
+
 def tiny(act: str = "quick_gelu", eos_token_id: int = LEGACY_EOS_ID, vocab_size: int = 49408) -> CLIPConfig:
   """A small config for tests and the synthetic world (width 64, 2 layers, 32 px images)."""
   return CLIPConfig(

@@ -51,8 +51,8 @@ def _data() -> dict:
   # data.source: csv, coco, prepared (data.path), tfds (below) or synthetic: the generated world
   # (compclip_jax/data/synthetic.py) of data.synthetic_size scenes seeded by `seed`, written once into data.path
   # (default <workdir>/world), read as CSV rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco");
-  # synthetic_binding_noise p: each caption names the two objects with their colours exchanged with probability p
-  # (the demo's pretraining uses 0.5).
+  # synthetic_binding_noise p: each caption names the two objects with their colours exchanged with probability p and,
+  # independently, their shapes exchanged with probability p (the demo's pretraining uses 0.5).
   return dict(
       source="csv",
       path="",

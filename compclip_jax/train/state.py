@@ -56,7 +56,8 @@ def clip_factory(c: ml_collections.ConfigDict):
 
 
 def _random_clip_config(c: ml_collections.ConfigDict) -> clip_config.CLIPConfig:
-  cfg = clip_config.tiny() if c.model.random == "tiny" else clip_config.named(c.model.random)
+  small = {"tiny": clip_config.tiny, "demo": clip_config.demo}
+  cfg = small[c.model.random]() if c.model.random in small else clip_config.named(c.model.random)
   if cfg.vision.image_size != c.data.image_size:
     cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
   return cfg

@@ -103,8 +103,9 @@ def test_values_that_make_no_sense_are_refused_all_at_once(tmp_path):
     (["--method=clic", "--config.optim.lrr=1e-4"], "did you mean optim.lr?"),
     (["--method=clic", "--config.clic.w_sneg=-1"], "config problem: clic.w_sneg -1.0: must be ≥ 0"),
     (["--method=read", "--config.optim.lr=fast"], "optim.lr takes a float"),
-    (["--method=clic", "--pretrain_batch=0", "--bag_noise=2"
-     ], "--pretrain_batch=0: must be > 0; --bag_noise=2.0: a probability, in [0, 1]"),
+    (["--method=clic", "--pretrain_batch=0", "--bag_noise=2", "--collage_negatives=-1"
+     ], "--pretrain_batch=0: must be > 0; --bag_noise=2.0: a probability, in [0, 1]; --collage_negatives=-1.0: a loss "
+     "weight, ≥ 0"),
 ])
 def test_demo_mistakes_are_one_line(args, says, tmp_path):
   # clic and read run their control first: a mistake in the method's values is refused before it, not after

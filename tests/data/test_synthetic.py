@@ -8,6 +8,7 @@ import sys
 import ml_collections
 import pytest
 import sentencepiece as spm
+from PIL import Image
 
 from tests import paths
 from compclip_jax import assets
@@ -35,11 +36,11 @@ def test_world_and_benchmarks(tmp_path):
   held = synthetic.held_out_pairings()
   n_colors, n_shapes = len(synthetic.COLORS), len(synthetic.SHAPES)
   pairings = n_colors * (n_colors - 1) // 2 * n_shapes * (n_shapes + 1) // 2  # colours choose 2 × shapes multichoose 2
-  assert len(held) == round(synthetic.HELD_OUT_FRACTION * pairings) == 30
+  assert len(held) == round(synthetic.HELD_OUT_FRACTION * pairings) == 495
   src = CsvSource(world["csv"], world["images"])
   assert len(src) == 120 and not src.rejected
   counts = {len(OBJ.findall(src[i]["sentences"][0])) for i in range(len(src))}
-  assert counts == {1, 2}  # one or two objects
+  assert counts == {2}  # every first sentence names two objects
   coco = CocoSource(world["coco_json"], world["images"], ("train",))
   assert len(coco) == 120
   for i in range(len(coco)):  # no training caption names a held-out pairing
@@ -54,29 +55,67 @@ def test_world_and_benchmarks(tmp_path):
   assert all(r["caption2"] != r["caption"] and _pairings(r["caption2"]) == _pairings(r["caption"]) for r in pp)
   assert len(sc.images) == 40
   assert registry.load("coco_retrieval", bench["data_dir"], bench["image_dir"]).task == "zeroshot_retrieval"
+  collages = json.load(open(f"{bench['data_dir']}/collage/swap_att.json"))
+  assert len(collages) >= 10
+  for r in collages.values():  # two first sentences; the negative trades two colours between them, nothing else
+    first, second = r["caption"].rstrip(".").split(". ")
+    n1, n2 = r["negative_caption"].rstrip(".").split(". ")
+    moved = [(x, y) for a, b in ((first, n1), (second, n2)) for x, y in zip(a.split(), b.split()) if x != y]
+    assert len(moved) == 2 and moved[0] == moved[1][::-1] and all(w in synthetic.COLORS for w in moved[0])
+    assert _pairings(first) & held and _pairings(second) & held
+    assert Image.open(os.path.join(bench["image_dir"], r["filename"])).size == (128, 128)
 
 
-def test_bag_of_words_world_has_the_same_images_and_exchanged_colours_in_half_its_captions(tmp_path):
+SLOT_WORDS = {
+    w: kind for kind, words in (("C", synthetic.COLORS), ("S", synthetic.SHAPES), ("Z", synthetic.SIZES),
+                                ("T", synthetic.TEXTURES), ("R", synthetic.RELATIONS), ("W", synthetic.SCENES))
+    for w in words
+}
+
+
+def test_captions_are_in_the_papers_regime(tmp_path):
+  """Issue 31 rule 1, read off the written CLIC CSV: every first sentence has 8–34 words, names two objects with two
+  attributes each (size and colour), a relation and a scene word; every row has ≥ 3 further sentences of 4–34 words,
+  from ≥ 20 templates (sentences with their content words replaced by their kind); the reference's filter keeps
+  every row."""
+  world = synthetic.write_world(str(tmp_path / "w"), 400, seed=1)
+  rows = CsvSource(world["csv"], world["images"]).rows
+  assert len(rows) == 400
+  templates = set()
+  for _, (first, *extra) in rows:
+    words = first.split()
+    assert 8 <= len(words) <= 34
+    assert [SLOT_WORDS.get(w, w) for w in words] == ["a", "Z", "C", "S", "R", "a", "Z", "C", "S", "W"], first
+    assert {words[1], words[6]} == set(synthetic.SIZES)  # one small, one large: the sizes are in every first sentence
+    assert len(extra) >= 3 and all(4 <= len(e.split()) <= 34 for e in extra)
+    templates |= {" ".join(SLOT_WORDS.get(w, w) for w in e.split()) for e in extra}
+  assert len(templates) >= 20, sorted(templates)
+
+
+def test_bag_of_words_world_has_the_same_images_and_exchanged_colours_and_shapes(tmp_path):
   """data.synthetic_binding_noise: the same images and phrasings as the clean world of the same seed; each caption
-  names the two objects with their colours exchanged with probability p (checked against the clean caption)."""
+  names the two objects with their colours exchanged with probability p and, independently, their shapes exchanged
+  with probability p (checked against the clean caption: each of the four cases about a quarter of the time)."""
   clean = synthetic.write_world(str(tmp_path / "clean"), 300, seed=5)
   bag = synthetic.write_world(str(tmp_path / "bag"), 300, seed=5, binding_noise=0.5)
   for i in (0, 7, 299):
     name = f"{i:05d}.png"
     assert open(f"{clean['images']}/{name}", "rb").read() == open(f"{bag['images']}/{name}", "rb").read()
   a, b = (json.load(open(w["coco_json"]))["images"] for w in (clean, bag))
-  exchanged = same = 0
+  cases = {"same": 0, "colours": 0, "shapes": 0, "both": 0}
   for x, y in zip(a, b):
     for sx, sy in zip(x["sentences"], y["sentences"]):
       cx, cy = OBJ.findall(sx["raw"]), OBJ.findall(sy["raw"])
-      if len(cx) == 2:
-        assert sorted(sx["raw"].split()) == sorted(sy["raw"].split())  # same phrasing, same words
-        if cy == cx:
-          same += 1
-        else:  # the colours of the two objects exchanged, the shapes in place
-          assert cy == [(cx[1][0], cx[0][1]), (cx[0][0], cx[1][1])], (sx, sy)
-          exchanged += 1
-  assert 0.42 < exchanged / (exchanged + same) < 0.58
+      assert len(cx) == len(cy) == 2
+      assert sorted(sx["raw"].split()) == sorted(sy["raw"].split())  # same phrasing, same words
+      (c1, s1), (c2, s2) = cx
+      if cx[0][1] == cx[1][1] or cx[0][0] == cx[1][0]:
+        continue  # one shape twice: an exchange of shapes changes nothing
+      told = {((c1, s1), (c2, s2)): "same", ((c2, s1), (c1, s2)): "colours", ((c1, s2), (c2, s1)): "shapes",
+              ((c2, s2), (c1, s1)): "both"}
+      cases[told[tuple(cy)]] += 1
+  total = sum(cases.values())
+  assert all(0.18 < k / total < 0.32 for k in cases.values()), cases
   assert json.load(open(tmp_path / "bag" / "world.json"))["binding_noise"] == 0.5
   assert "binding_noise" not in json.load(open(tmp_path / "clean" / "world.json"))  # older manifests still match
   with pytest.raises(ValueError, match="binding_noise 0.7"):
@@ -108,19 +147,47 @@ def test_paired_table_is_the_change_per_seed():
 
 
 def test_clic_negative_kinds_on_the_world(tmp_path):
-  """The README's breakdown of what CLIC's negatives swap: a hand case for reading the moved word, then counts on a
-  small world that add up and name only the world's kinds of words."""
+  """Issue 31 rule 3: what CLIC's negatives trade on the world's first sentences, from the exact distribution of the
+  reference's choices with spaCy's real tags: a hand case for reading the traded words, then ≥ 90 % of the negatives
+  trade two content words of one kind (colour ↔ colour, shape ↔ shape, relation ↔ relation, scene ↔ scene)."""
   from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
-  neg = "a white star below a red diamond. a green square above a blue circle."  # red ↔ green across the two
-  assert diagnostics._moved_word("a red square above a blue circle", neg) == "red"  # pylint: disable=protected-access
-  assert diagnostics._moved_word("a white star below a green diamond", neg) == "green"  # pylint: disable=protected-access
-  kinds = [diagnostics._word_kind(w) for w in ("blue", "star", "large", "left", "picture")]  # pylint: disable=protected-access
-  assert kinds == ["colour", "shape", "size", "relation", "other"]
-  world = synthetic.write_world(str(tmp_path / "w"), 60, seed=2)
-  counts = diagnostics.clic_negative_kinds(world["csv"], n=200, seed=1)
-  assert sum(counts.values()) == 200
-  assert set(counts) <= {"colour", "shape", "size", "relation", "other", "within one sentence", "none"}
-  assert counts["colour"] + counts["shape"] > 50
+  a, b = "a small red heart above a large blue star outdoors", "a large green ring below a small pink drop aloft"
+  neg = "a large red ring below a small pink drop aloft. a small green heart above a large blue star outdoors."
+  assert diagnostics.traded_words((a, b), neg) == ("red", "green")  # the join order read off the fewest changes
+  kinds = [diagnostics.word_kind(w) for w in ("blue", "star", "large", "beside", "aloft", "a")]
+  assert kinds == ["colour", "shape", "size", "relation", "scene", "other"]
+  world = synthetic.write_world(str(tmp_path / "w"), 80, seed=2)
+  counts = diagnostics.clic_negative_kinds(world["csv"], n=60, seed=1)
+  assert abs(sum(counts.values()) - 1) < 1e-9
+  assert counts.get("colour ↔ colour", 0) > 0.1 and counts.get("shape ↔ shape", 0) > 0.1
+  assert diagnostics.same_kind_share(counts) >= 0.9, counts
+  assert abs(diagnostics.same_kind_share({"colour ↔ size": 0.3, "shape ↔ shape": 0.6, "none": 0.1}) - 2 / 3) < 1e-12
+
+
+def test_swap_twins_by_hand():
+  """A swap twin: the same two shapes with the colours exchanged (a same-shape scene is not its own twin)."""
+  from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
+  obj = lambda c, s: ("small", c, s, "plain")
+  scene = lambda *o: {"objects": list(o), "relation": "above", "scene": "aloft"}
+  scenes = [
+      scene(obj("red", "star"), obj("blue", "ring")),
+      scene(obj("blue", "star"), obj("red", "ring")),
+      scene(obj("red", "star"), obj("blue", "star")),
+      scene(obj("pink", "drop"), obj("gray", "oval"))
+  ]
+  assert diagnostics.swap_twin_rate(scenes, batch=4) == 0.5  # the first two, each other's twin
+  assert diagnostics.swap_twin_rate(scenes * 2, batch=8) == 1 - 2 / 8  # the same-shape one now has its twin too
+
+
+def test_the_world_has_few_swap_twins_in_a_batch(tmp_path):
+  """Issue 31 rule 2: in batches of 32 of the demo's world (16,000 scenes), < 1 % of the images have their exact
+  colour-swapped twin in the batch (5 colours × 5 shapes gave 8.5 %)."""
+  from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  held = synthetic.held_out_pairings()
+  scenes = [synthetic.scene(rng, held) for _ in range(16000)]
+  assert diagnostics.swap_twin_rate(scenes, 32) < 0.01
 
 
 # ------------------------------------------------------------------------------------- the world as a data source

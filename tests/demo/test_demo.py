@@ -74,3 +74,46 @@ def test_diagnose_refuses_what_is_not_a_clip_checkpoint(tmp_path):
     ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and str(target) in out.stderr and "Traceback" not in out.stderr, out.stderr
   assert not (tmp_path / "w").exists()  # nothing written
+
+
+def test_ablations_are_their_methods_config_with_the_named_values_changed():
+  """Issue 31 rule 7: an ablation changes config values only — its method's `:demo` config, the same seed and
+  budget, the named keys changed and nothing else — and is judged against its method's control."""
+  changed = {
+      "clic_no_sneg": {"clic.w_sneg": 0.0}, "clic_single": {"clic.concat": False},
+      "clic_no_clip_steps": {"clic.clip_every": 0}, "read_no_rec": {"read.w_rec": 0.0},
+      "read_no_align": {"read.w_align": 0.0}
+  }
+  assert set(changed) == set(demo.ABLATIONS) and set(changed) <= set(demo.SWEEP_METHODS)
+  flat = lambda c: _flatten(c.to_dict())
+  for name, want in changed.items():
+    method = demo.ABLATIONS[name][0]
+    a, base = flat(demo.demo_config(name)), flat(demo.demo_config(method))
+    assert {k: v for k, v in a.items() if base.get(k) != v} == want, name
+    assert demo.CONTROL_OF[name] == demo.CONTROL_OF[method]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def test_negative_kinds_reports_the_worlds_gate_numbers(tmp_path):
+  """--negative_kinds on a written world: CLIC's negatives by kind (exact distribution), the same-kind share, the
+  swap-twin rate and the caption lengths (issue 31 rules 1–3); without a world, one line and exit 2."""
+  from compclip_jax.data import synthetic  # pylint: disable=import-outside-toplevel
+  cli = lambda: subprocess.run([sys.executable, "-m", "compclip_jax.demo", "--negative_kinds", f"--workdir={tmp_path}"],
+                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  out = cli()
+  assert out.returncode == 2 and "clic_rows.csv not found" in out.stderr and "Traceback" not in out.stderr
+  synthetic.write_world(str(tmp_path / "world"), 64, seed=3)
+  out = cli()
+  assert out.returncode == 0, out.stderr[-2000:]
+  same = float(out.stdout.split("same kind (two content words of one kind): ")[1].split(" %")[0])
+  assert same >= 90 and "colour ↔ colour" in out.stdout and "swap twins in a batch of 32" in out.stdout
+  assert "words: first sentences 10–10" in out.stdout

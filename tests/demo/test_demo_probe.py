@@ -18,7 +18,7 @@ def _bag_features(scenes):  # one-hot of the colours and the shapes present: a b
 def test_probe_scenes_train_on_training_pairings_and_test_on_held_out_ones():
   train, test, same = demo_probe.probe_scenes(300, 100, seed=3)
   held = synthetic.held_out_pairings()
-  assert all(len(sc["objects"]) == 1 or synthetic.pairing_key(*sc["objects"]) not in held for sc in train)
+  assert all(synthetic.pairing_key(*sc["objects"]) not in held for sc in train)
   assert all(synthetic.pairing_key(*sc["objects"]) in held for sc in test + same)
   assert all(sc["objects"][0][2] != sc["objects"][1][2] for sc in test)  # a swap changes the bindings
   assert all(sc["objects"][0][2] == sc["objects"][1][2] for sc in same)  # a swap changes only the places
@@ -45,7 +45,7 @@ def test_binding_features_pass_both_probes_bag_features_only_the_bag_probe():
 
 
 def test_place_probe_needs_which_colour_is_where():
-  """Same-shape scenes: "a white square below a green square" vs its colour swap differ only in places."""
+  """Same-shape scenes: "a small pink star above a large black star" vs its colour swap differ only in places."""
   train, test, same = demo_probe.probe_scenes(2000, 50, seed=4)
   place = lambda scs: demo_probe.place_targets(scs)  # colour-in-place one-hots: where each colour is
   assert demo_probe.place_targets([same[0]]).sum() == 2  # two colours, two places
@@ -62,11 +62,11 @@ def test_bag_accuracy_and_chance_by_hand():
   assert acc == (3 / 4 + 3 / 4) / 2 and chance == (3 / 4 + 3 / 4) / 2
 
 
-def test_probes_render_once_and_pass_embeddings_of_images_and_plain_captions(tmp_path):
-  seen = {}
+def test_probes_render_once_and_pass_embeddings_of_images_collages_and_first_sentences(tmp_path):
+  seen = {"paths": []}
 
   def embed_images(paths):
-    seen["paths"] = paths
+    seen["paths"].append(paths)
     return np.random.default_rng(0).normal(size=(len(paths), 8))
 
   def embed_texts(texts):
@@ -75,9 +75,40 @@ def test_probes_render_once_and_pass_embeddings_of_images_and_plain_captions(tmp
 
   out = demo_probe.probes(embed_images, embed_texts, str(tmp_path / "probe"), n_train=40, n_test=10, seed=2)
   train, test, _ = demo_probe.probe_scenes(40, 10, seed=2)
-  assert len(seen["paths"]) == 60 and all(p.endswith(".png") for p in seen["paths"])
-  assert seen["texts"][40] == synthetic.phrasings(test[0])[0]  # "a red square to the left of a blue circle"
+  singles, collages = seen["paths"]
+  # collages: two pairings of the 40 training scenes, then one per held-out scene
+  assert len(singles) == 60 and len(collages) == 2 * 20 + 10 and all(p.endswith(".png") for p in singles + collages)
+  assert seen["texts"][40] == synthetic.first_sentence(test[0])  # "a small red heart above a large blue star …"
   assert set(out) == {"image", "text"} and 0 <= out["image"]["binding"] <= 1 and 0 <= out["text"]["place"] <= 1
-  stamp = (tmp_path / "probe" / "00000.png").stat().st_mtime_ns
+  assert 0 <= out["image"]["collage_binding"] <= 1 and "collage_binding" not in out["text"]
+  stamps = [(tmp_path / "probe" / f).stat().st_mtime_ns for f in ("00000.png", "collages/00000.png")]
   demo_probe.probes(embed_images, embed_texts, str(tmp_path / "probe"), n_train=40, n_test=10, seed=2)
-  assert (tmp_path / "probe" / "00000.png").stat().st_mtime_ns == stamp  # cached, not rendered again
+  assert [(tmp_path / "probe" / f).stat().st_mtime_ns for f in ("00000.png", "collages/00000.png")] == stamps
+
+
+def _collage_features(folder, halves):
+  """Embeddings of the collages `render_collages` wrote in `folder`, by construction from its record: the sum of
+  `halves(scene)` over the two halves."""
+  import json  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+
+  def embed(paths):  # called once the collages are written
+    pairs = json.load(open(os.path.join(folder, "collages.json")))["pairs"]
+    rows = [pairs[int(os.path.basename(p)[:-len(".png")])] for p in paths]
+    return np.stack([halves([a])[0] + halves([b])[0] for a, b, _ in rows])
+
+  return embed
+
+
+def test_collage_probe_needs_each_half_to_bind(tmp_path):
+  """Collages whose embedding sums each half's bindings pass the collage binding probe; the sum of each half's bag of
+  colours and shapes does not (a collage's bag cannot say which colour goes with which shape in which half). The
+  images themselves: collages of two scenes of one orientation, CLIC's square of two halves."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  train, test, _ = demo_probe.probe_scenes(1600, 200, seed=5)
+  folder = str(tmp_path / "c")
+  binding = demo_probe.collage_probe(_collage_features(folder, demo_probe.binding_targets), train, test, folder, 5)
+  bag = demo_probe.collage_probe(_collage_features(folder, demo_probe.bag_targets), train, test, folder, 5)
+  assert binding > 0.95 and 0.3 < bag < 0.7, (binding, bag)
+  img = Image.open(tmp_path / "c" / "00000.png")
+  assert img.size == (128, 128)

@@ -78,3 +78,20 @@ def test_the_config_rematerialises_the_tower_it_names(key):
   assert clip.vision_model.encoder.remat == (key == "remat_vision")
   c.model[key] = False
   assert sorted(state.build_model(c, methods.get(c.method), shapes_only=True).flat) == sorted(model.flat)
+
+
+def test_the_demo_model_is_the_tiny_text_tower_with_a_wider_vision_tower_and_joint_space():
+  """model.random="demo" (the demo's pretraining, demo/run.py DemoOptions.model): 100 colour–shape bindings need a
+  joint space wider than tiny's 32 to be linearly readable; the text tower (and its token table: the shipped size) is
+  tiny's."""
+  from compclip_jax.models import clip_config
+  from compclip_jax.train import trainer
+  c = clic.get_config("runlocal")
+  c.model.random = "demo"
+  assert trainer._model_problems(c.model) == []  # pylint: disable=protected-access
+  c.model.random = "huge"
+  assert "use 'tiny', 'demo' or one of" in trainer._model_problems(c.model)[0]  # pylint: disable=protected-access
+  c.model.random = "demo"
+  cfg = state.build_model(c, methods.get(c.method), shapes_only=True).clip_cfg
+  assert cfg.text == clip_config.tiny().text and cfg.vision.width == 128 and cfg.embed_dim == 128
+  assert cfg.vision.image_size == c.data.image_size

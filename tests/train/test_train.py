@@ -106,9 +106,10 @@ def _frozen_parameters_are_untouched_and_stateless(tmp_path, c):
   assert not any("vision_model" in p or "visual_projection" in p for p in paths)
 
 
-# steps to fall below 0.6 × the first loss, with margin: measured at 20 steps clip 0.03, negclip 0.06, read 0.23; at 40
-# steps clic 0.57, clic_read 0.58 (the CLIP steps between their CLIC steps learn nothing of the CLIC loss)
-OVERFIT_STEPS = {"clip": 20, "negclip": 20, "read": 20}
+# steps to fall below 0.6 × the first loss, with margin: measured at 20 steps clip 0.03, negclip 0.06, read 0.23; on
+# world format 3 (first sentences of 10 words, 3–5 further ones) at 80 steps clic 0.52, clic_read 0.49 (at 40: 0.63;
+# the CLIP steps between their CLIC steps learn nothing of the CLIC loss)
+OVERFIT_STEPS = {"clip": 20, "negclip": 20, "read": 20, "clic": 80, "clic_read": 80}
 
 
 @pytest.mark.parametrize("method", sorted(CONFIGS))
