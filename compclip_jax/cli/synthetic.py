@@ -5,7 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from compclip_jax.cli import app as cli
-from compclip_jax.data import synthetic
+from compclip_jax.data import synthetic_tokenizer
 
 _T5_TOKENIZER = flags.DEFINE_string(
     "t5_tokenizer", None, "Write the random T5 decoder's SentencePiece model, trained "
@@ -14,7 +14,7 @@ _T5_TOKENIZER = flags.DEFINE_string(
 
 def main(argv) -> None:
   cli.refuse_arguments(argv)
-  print(synthetic.train_t5_tokenizer(_T5_TOKENIZER.value))
+  print(synthetic_tokenizer.train_t5_tokenizer(_T5_TOKENIZER.value))
 
 
 def run() -> None:

@@ -278,7 +278,7 @@ WORLD_FORMAT = 3  # bump when the files a (size, seed) world holds change (2: la
 # 3: issue 31's world, two objects of four attributes, one first-sentence template, 22 extra-sentence templates)
 
 
-def _check_manifest(path: str, want: dict, what: str) -> bool:
+def check_manifest(path: str, want: dict, what: str) -> bool:
   """True when `path` records exactly `want` (the files are complete and reusable); False when there is none (write
   them); a different record raises: reusing it would silently train or evaluate on another world."""
   if not os.path.exists(path):
@@ -292,7 +292,7 @@ def _check_manifest(path: str, want: dict, what: str) -> bool:
   return True
 
 
-def _write_manifest(path: str, record: dict) -> None:
+def write_manifest(path: str, record: dict) -> None:
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
     json.dump(record, f)
@@ -317,7 +317,7 @@ def world_record(n: int, seed: int, binding_noise: float = 0.0) -> dict:
 def read_world(root: str, n: int, seed: int, binding_noise: float = 0.0) -> dict:
   """The paths of the complete world of (n, seed, binding_noise) under `root`; raises if it is missing or another."""
   paths = world_paths(root)
-  if not _check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
+  if not check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
     raise FileNotFoundError(f"{root}: no synthetic world ({WORLD_MANIFEST} missing): process 0 writes it "
                             "(compclip_jax.synthetic.write_world)")
   return paths
@@ -331,7 +331,7 @@ def write_world(root: str, n: int, seed: int = 0, binding_noise: float = 0.0) ->
   if not 0.0 <= binding_noise <= 0.5:
     raise ValueError(f"binding_noise {binding_noise}: a probability in [0, 0.5]")
   paths = world_paths(root)
-  if _check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
+  if check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
     return paths
   os.makedirs(paths["images"], exist_ok=True)
   rng, noise_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
@@ -357,168 +357,5 @@ def write_world(root: str, n: int, seed: int = 0, binding_noise: float = 0.0) ->
     json.dump(paras, f)
   with open(paths["scenes"], "w") as f:  # what each image shows, for the diagnostics (demo/diagnose.py)
     json.dump(scenes, f)
-  _write_manifest(paths["manifest"], world_record(n, seed, binding_noise))
+  write_manifest(paths["manifest"], world_record(n, seed, binding_noise))
   return paths
-
-
-# ------------------------------------------------------------------------------------- the bundled T5 tokenizer
-def vocabulary_corpus(n: int = 2000, seed: int = 0) -> list[str]:
-  """Every kind of sentence the world writes (captions, extra sentences, paraphrases, benchmark captions and their
-  negatives) over n training and n benchmark scenes: its vocabulary is fixed (COLORS, SHAPES, SIZES, RELATIONS and
-  the templates of `phrasings`, `captions`, `benchmark_rows`), so this covers any world of any size and seed."""
-  rng = np.random.default_rng(seed)
-  held = held_out_pairings()
-  out = []
-  for benchmark in (False, True):
-    for _ in range(n):
-      sc = scene(rng, held, benchmark=benchmark)
-      caps = captions(sc, rng)
-      out += phrasings(sc) + caps["extra"]
-      if benchmark:
-        out += [t for row in benchmark_rows(sc, rng).values() for t in row.values()]
-  return out
-
-
-def train_t5_tokenizer(out: str, vocab_size: int = 200) -> str:
-  """Trains the SentencePiece model of a random T5 decoder on `vocabulary_corpus()` → `out` (a .model path).
-
-  The package ships its result as `compclip_jax/assets/synthetic_spiece.model` (T5's special ids: pad 0, eos 1, unk
-  2; no bos), made by `python -m compclip_jax.synthetic --t5_tokenizer=compclip_jax/assets/synthetic_spiece.model`."""
-  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
-  if not out.endswith(".model"):
-    raise ValueError(f"{out}: the SentencePiece model path must end in .model")
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  # one thread and a fixed input order: the same pieces and scores on every rerun
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(vocabulary_corpus()), model_prefix=out[:-len(".model")],
-                                 vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=1.0, pad_id=0,
-                                 eos_id=1, unk_id=2, bos_id=-1, num_threads=1, minloglevel=2)
-  os.remove(out[:-len(".model")] + ".vocab")  # the .model holds everything the tokenizer reads
-  return out
-
-
-def _other(options, exclude, rng) -> str:
-  return str(rng.choice([o for o in options if o not in exclude]))
-
-
-def benchmark_rows(sc: dict, rng: np.random.Generator) -> dict[str, dict]:
-  """One SugarCrepe-style (caption, negative) per subset for a benchmark scene, captions in the first sentence's
-  template, plus SugarCrepe++'s second positive (the same meaning in other words: the other object first, the
-  relation inverted)."""
-  (a, b), r = sc["objects"], sc["relation"]
-  (z1, c1, s1, t1), (z2, c2, s2, _) = a, b
-  say = lambda o1, rel, o2: first_sentence({**sc, "objects": [o1, o2], "relation": rel})
-  cap = say(a, r, b)
-  c3 = _other(COLORS, {c1, c2}, rng)
-  texture = _other(("striped", "dotted"), {t1}, rng)  # a texture the first object does not have
-  rows = {"replace_att": say((z1, c3, s1, t1), r, b)}
-  rows["replace_obj"] = say((z1, c1, _other(SHAPES, {s1}, rng), t1), r, b)
-  rows["replace_rel"] = say(a, OPPOSITE[r] if r != "beside" else _other(("above", "below"), (), rng), b)
-  rows["swap_att"] = say((z1, c2, s1, t1), r, (z2, c1, s2, t1))
-  rows["add_att"] = say((z1, f"{texture} {c1}", s1, t1), r, b)
-  rows["add_obj"] = say((z1, c1, f"{s1} and a {c3} {_other(SHAPES, (), rng)}", t1), r, b)
-  if s1 != s2:
-    rows["swap_obj"] = say((z1, c1, s2, t1), r, (z2, c2, s1, t1))
-  para = say(b, OPPOSITE[r], a)
-  return {k: {"caption": cap, "caption2": para, "negative_caption": v} for k, v in rows.items()}
-
-
-def collage_swap_row(sc1: dict, sc2: dict) -> dict:
-  """CLIC's own task on two held-out scenes (a diagnostic, docs/demo.md): the caption of their collage (the two first
-  sentences joined as CLIC joins them) against the same text with the first objects' colours traded between the
-  two sentences — the cross swap CLIC's negative makes. The scenes' first objects have different colours."""
-  (z1, c1, s1, t1), b1 = sc1["objects"]
-  (z2, c2, s2, t2), b2 = sc2["objects"]
-  swapped1 = {**sc1, "objects": [(z1, c2, s1, t1), b1]}
-  swapped2 = {**sc2, "objects": [(z2, c1, s2, t2), b2]}
-  return {"caption": joined(sc1, sc2), "negative_caption": joined(swapped1, swapped2)}
-
-
-def collage(img1: Image.Image, img2: Image.Image, size: int = 128) -> Image.Image:
-  """Two images as CLIC concatenates them (METHODS §1.2 steps 1–3): each squashed into half of a size × size
-  square by its orientation (a tall one to the left or right half, a wide one to the top or bottom half; both of one
-  orientation here) and placed first / second."""
-  from compclip_jax.data.images import orientation  # pylint: disable=import-outside-toplevel
-  out = Image.new("RGB", (size, size))
-  tall = orientation(*img1.size) == "tall"
-  half = (size // 2, size) if tall else (size, size // 2)
-  out.paste(img1.resize(half, Image.Resampling.BICUBIC), (0, 0))
-  out.paste(img2.resize(half, Image.Resampling.BICUBIC), (size // 2, 0) if tall else (0, size // 2))
-  return out
-
-
-def joined(sc1: dict, sc2: dict) -> str:
-  """The caption of a collage of two scenes: their first sentences joined as CLIC joins them."""
-  return f"{first_sentence(sc1)}. {first_sentence(sc2)}."
-
-
-def benchmarks_record(n: int, seed: int) -> dict:
-  """What `<data_dir>/benchmarks.json` records of a world's benchmarks: a function of these alone."""
-  return {"format": WORLD_FORMAT, "size": int(n), "seed": int(seed)}
-
-
-def read_benchmarks(data_dir: str, n: int, seed: int, image_dir: str = "") -> dict:
-  """The folders of the complete benchmarks of (n, seed) under `data_dir`; raises if missing or another set."""
-  images = image_dir or os.path.join(data_dir, "images")
-  if not _check_manifest(os.path.join(data_dir, BENCHMARKS_MANIFEST), benchmarks_record(n, seed), "benchmarks"):
-    raise FileNotFoundError(f"{data_dir}: no synthetic benchmarks ({BENCHMARKS_MANIFEST} missing): process 0 writes "
-                            "them (compclip_jax.synthetic.write_benchmarks)")
-  return {"data_dir": data_dir, "image_dir": images}
-
-
-def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") -> dict:
-  """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes, each built on a held-out pairing,
-  in the real formats: annotations as `python -m compclip_jax.evaluate --data_dir` reads them (`sugarcrepe/`,
-  `sugarcrepe_pp/`, `retrieval/`) under `data_dir`, images under `image_dir` (default `<data_dir>/images`); the
-  cross-collage swap test (`collage_swap_row`: collages of two of these scenes of one orientation, in SugarCrepe's
-  row format, `collage/swap_att.json`); then `benchmarks.json`. Complete files of the same (n, seed) are reused;
-  another (n, seed) raises (ValueError).
-  → {"data_dir", "image_dir"}"""
-  data, images = data_dir, image_dir or os.path.join(data_dir, "images")
-  if _check_manifest(os.path.join(data, BENCHMARKS_MANIFEST), benchmarks_record(n, seed), "benchmarks"):
-    return {"data_dir": data, "image_dir": images}
-  for d in ("sugarcrepe", "sugarcrepe_pp", "retrieval", "collage"):
-    os.makedirs(os.path.join(data, d), exist_ok=True)
-  os.makedirs(images, exist_ok=True)
-  rng = np.random.default_rng(seed)
-  held = held_out_pairings()
-  sc: dict[str, dict] = {}
-  scpp: dict[str, list] = {}
-  karpathy = []
-  waiting: dict[bool, tuple] = {}  # orientation → (scene, image) waiting for a partner of its orientation
-  collages: dict[str, dict] = {}
-  for i in range(n):
-    scene_ = scene(rng, held, benchmark=True)
-    name = f"bench_{i:05d}.png"
-    img = render(scene_, rng)
-    img.save(os.path.join(images, name))
-    tall = img.size[0] < img.size[1]
-    other = waiting.get(tall)
-    if other is not None and other[0]["objects"][0][1] != scene_["objects"][0][1]:
-      name2 = f"collage_{len(collages):05d}.png"
-      collage(other[1], img).save(os.path.join(images, name2))
-      collages[str(len(collages))] = {"filename": name2, **collage_swap_row(other[0], scene_)}
-      waiting.pop(tall)
-    else:
-      waiting[tall] = (scene_, img)
-    for subset, row in benchmark_rows(scene_, rng).items():
-      sc.setdefault(
-          subset,
-          {})[str(i)] = {"filename": name, "caption": row["caption"], "negative_caption": row["negative_caption"]}
-      if not subset.startswith("add"):
-        scpp.setdefault(subset, []).append({"id": i, "filename": name, **row})
-    karpathy.append({
-        "filepath": "", "filename": name, "split": "test", "cocoid": i,
-        "sentences": [{"raw": c} for c in captions(scene_, rng)["coco"]]
-    })
-  for subset, rows in sc.items():
-    with open(os.path.join(data, "sugarcrepe", f"{subset}.json"), "w") as f:
-      json.dump(rows, f)
-  for subset, rows in scpp.items():
-    with open(os.path.join(data, "sugarcrepe_pp", f"{subset}.json"), "w") as f:
-      json.dump(rows, f)
-  with open(os.path.join(data, "retrieval", "coco_test.json"), "w") as f:
-    json.dump({"images": karpathy}, f)
-  with open(os.path.join(data, "collage", "swap_att.json"), "w") as f:
-    json.dump(collages, f)
-  _write_manifest(os.path.join(data, BENCHMARKS_MANIFEST), benchmarks_record(n, seed))
-  return {"data_dir": data, "image_dir": images}

@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 
 from compclip_jax.data import synthetic
+from compclip_jax.data import synthetic_benchmarks
 
 # ------------------------------------------------------------------------------------------------- diagnostics
 GAP_ROWS = (("attributes", "replace_att", "swap_att"), ("objects", "replace_obj", "swap_obj"))
@@ -28,8 +29,8 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   enc = Encoder(model, tok, pre, batch_size=256, progress=False)
   probes = demo_probe.probes(lambda paths: enc.images([ImageRef(p) for p in paths]), enc.texts,
                              os.path.join(workdir, "probe"))
-  dirs = synthetic.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n_benchmark,
-                                    seed + evaluators.SYNTHETIC_SEED_OFFSET)
+  dirs = synthetic_benchmarks.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n_benchmark,
+                                               seed + evaluators.SYNTHETIC_SEED_OFFSET)
   sc = evaluators.run_benchmarks(enc, ["sugarcrepe"], dirs["data_dir"], dirs["image_dir"])["sugarcrepe"]["metrics"]
   gaps = {k: sc[k] for _, *ks in GAP_ROWS for k in ks}
   collage = collage_swap_accuracy(enc, dirs["data_dir"], dirs["image_dir"], ImageRef)
@@ -60,8 +61,8 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
 
 
 def collage_swap_accuracy(enc, data_dir: str, image_dir: str, image_ref) -> float:
-  """The cross-collage swap test (synthetic.write_benchmarks' `collage/swap_att.json`): the share of collages whose
-  caption scores above its cross-swapped negative (ties count wrong)."""
+  """The cross-collage swap test (synthetic_benchmarks.write_benchmarks' `collage/swap_att.json`): the share of
+  collages whose caption scores above its cross-swapped negative (ties count wrong)."""
   with open(os.path.join(data_dir, "collage", "swap_att.json")) as f:
     rows = list(json.load(f).values())
   img = enc.images([image_ref(os.path.join(image_dir, r["filename"])) for r in rows])

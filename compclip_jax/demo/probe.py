@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from compclip_jax.data import synthetic
+from compclip_jax.data import synthetic_benchmarks
 
 COLOURS, SHAPES = tuple(synthetic.COLORS), synthetic.SHAPES
 BINDINGS = tuple((c, s) for c in COLOURS for s in SHAPES)
@@ -205,7 +206,7 @@ def _oriented(sc: dict, tall: bool, rng: np.random.Generator):
 
 
 def render_collages(pairs: list[tuple], folder: str, seed: int) -> list[str]:
-  """Collages (synthetic.collage) of scene pairs (first, second, tall) as PNGs in `folder` (written once:
+  """Collages (synthetic_benchmarks.collage) of scene pairs (first, second, tall) as PNGs in `folder` (written once:
   `folder/collages.json` records them)."""
   record = os.path.join(folder, "collages.json")
   paths = [os.path.join(folder, f"{i:05d}.png") for i in range(len(pairs))]
@@ -217,7 +218,7 @@ def render_collages(pairs: list[tuple], folder: str, seed: int) -> list[str]:
   os.makedirs(folder, exist_ok=True)
   rng = np.random.default_rng([seed, 4])
   for (first, second, tall), path in zip(pairs, paths):
-    synthetic.collage(_oriented(first, tall, rng), _oriented(second, tall, rng)).save(path)
+    synthetic_benchmarks.collage(_oriented(first, tall, rng), _oriented(second, tall, rng)).save(path)
   with open(record, "w") as f:
     json.dump(want, f)
   return paths

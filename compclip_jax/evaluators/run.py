@@ -13,7 +13,7 @@ import os
 import time
 from typing import Callable
 
-from compclip_jax.data import synthetic
+from compclip_jax.data import synthetic_benchmarks
 from compclip_jax.evaluators import registry, scorers
 from compclip_jax.evaluators.encoding import Encoder
 
@@ -57,10 +57,10 @@ def benchmark_dirs(e, workdir: str, seed: int, process_index: int = 0,
   data_dir = e.data_dir or os.path.join(workdir, "world", "benchmarks")
   n, bench_seed = e.synthetic_size, seed + SYNTHETIC_SEED_OFFSET
   if process_index == 0:
-    synthetic.write_benchmarks(data_dir, n, bench_seed, e.image_dir)
+    synthetic_benchmarks.write_benchmarks(data_dir, n, bench_seed, e.image_dir)
   if barrier is not None:
     barrier("synthetic benchmarks written")
-  dirs = synthetic.read_benchmarks(data_dir, n, bench_seed, e.image_dir)
+  dirs = synthetic_benchmarks.read_benchmarks(data_dir, n, bench_seed, e.image_dir)
   return dirs["data_dir"], dirs["image_dir"]
 
 

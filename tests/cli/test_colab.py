@@ -7,7 +7,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests import paths
-from compclip_jax.data import synthetic
+from compclip_jax.data import synthetic_benchmarks
 
 ROOT = paths.ROOT
 COLAB = os.path.join(ROOT, "launch", "colab")
@@ -53,7 +53,7 @@ def test_demo_notebook_runs_read_tiny(tmp_path):
 def test_byo_checkpoint_notebook_on_a_random_hf_clip(tmp_path):
   from tests import hf_fixtures as fx
   fx.random_hf_clip(fx.hf_clip_config(), seed=3).save_pretrained(tmp_path / "model")
-  bench = synthetic.write_benchmarks(str(tmp_path / "bench"), 16)
+  bench = synthetic_benchmarks.write_benchmarks(str(tmp_path / "bench"), 16)
   nb = _execute(
       "byo_checkpoint.ipynb", f"""
 CHECKPOINT = {str(tmp_path / 'model')!r}

@@ -13,6 +13,7 @@ from PIL import Image
 from tests import paths
 from compclip_jax import assets
 from compclip_jax.data import synthetic
+from compclip_jax.data import synthetic_benchmarks
 from compclip_jax.data import source_config
 from compclip_jax.data import world as world_source
 from compclip_jax.data.negatives import SpacyTagger
@@ -32,7 +33,7 @@ def _pairings(caption: str) -> set:
 
 def test_world_and_benchmarks(tmp_path):
   world = synthetic.write_world(str(tmp_path / "w"), 120, seed=3)
-  bench = synthetic.write_benchmarks(str(tmp_path / "b"), 40, seed=4)
+  bench = synthetic_benchmarks.write_benchmarks(str(tmp_path / "b"), 40, seed=4)
   held = synthetic.held_out_pairings()
   n_colors, n_shapes = len(synthetic.COLORS), len(synthetic.SHAPES)
   pairings = n_colors * (n_colors - 1) // 2 * n_shapes * (n_shapes + 1) // 2  # colours choose 2 × shapes multichoose 2
@@ -277,7 +278,7 @@ def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
   assert evaluation.benchmark_dirs(e, str(tmp_path), seed=3) == (data_dir, image_dir) and _snapshot(data_dir) == files
   task = registry.load("sugarcrepe", data_dir, image_dir)
   assert len(task.images) == 12 and task.task
-  assert json.load(open(os.path.join(data_dir, "benchmarks.json"))) == synthetic.benchmarks_record(
+  assert json.load(open(os.path.join(data_dir, "benchmarks.json"))) == synthetic_benchmarks.benchmarks_record(
       12, 3 + evaluation.SYNTHETIC_SEED_OFFSET)
   e.synthetic_size = 13
   with pytest.raises(ValueError, match="size 12"):
@@ -296,7 +297,7 @@ def test_bundled_t5_tokenizer_covers_every_sentence_of_a_world(tmp_path):
   sp = tok.sp
   assert (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id()) == (0, 1, 2, -1)  # T5's special ids
   world = synthetic.write_world(str(tmp_path / "w"), 150, seed=11)
-  bench = synthetic.write_benchmarks(str(tmp_path / "b"), 80, seed=12)
+  bench = synthetic_benchmarks.write_benchmarks(str(tmp_path / "b"), 80, seed=12)
   sentences = [s for im in json.load(open(world["coco_json"]))["images"] for s in (x["raw"] for x in im["sentences"])]
   sentences += [s for r in CsvSource(world["csv"], world["images"]).rows for s in r[1]]
   sentences += [p for ps in json.load(open(world["paraphrases"])).values() for p in ps]
