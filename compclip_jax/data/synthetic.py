@@ -51,11 +51,13 @@ OPPOSITE = {"above": "below", "below": "above", "beside": "beside"}
 # the scene word (ADV) and the background it names
 SCENES = {"outdoors": (180, 212, 168), "nearby": (212, 212, 218), "ashore": (236, 222, 236), "aloft": (176, 202, 238)}
 # object slots as fractions of the image's central square: 0 left, 1 right, 2 top, 3 bottom. Large objects fill
-# ~46 % of the square (≈ 29 px at 64 px, 3–4 patches of 8), small ones ~32 %.
+# ~46 % of the square (≈ 29 px at 64 px, 3–4 patches of 8), small ones ~38 % (in a collage half: ≈ 15 and 12 px).
 _SLOTS = {
     0: (0.02, 0.27, 0.48, 0.73), 1: (0.52, 0.27, 0.98, 0.73), 2: (0.27, 0.02, 0.73, 0.48), 3: (0.27, 0.52, 0.73, 0.98)
 }
-SMALL_SHRINK = 0.07  # a small object's box is inset by this fraction of the square on each side
+# a small object's box is inset by this fraction of the square on each side (world format 3: 0.07, small objects of
+# ~32 %, ≈ 10 px in a collage half — the collage binding probe stayed at ~85 %, docs/demo.md "The gate")
+SMALL_SHRINK = 0.04
 HELD_OUT_FRACTION = 0.2
 
 
@@ -135,13 +137,16 @@ def _draw(d: ImageDraw.ImageDraw, shape: str, box, fill) -> None:
 
 
 def _shade(color) -> tuple:
-  """The texture's second colour: darker for a light colour, lighter for a dark one."""
+  """The texture's second colour: 40 % of the way to black for a light colour, to white for a dark one. Format 3's
+  shades (half the colour / the colour + 110) were other palette colours (black's the gray, brown's the beige,
+  golden's the brown), which a small object's average could not tell apart."""
   c = np.asarray(color, np.float64)
-  return tuple(int(v) for v in (c * 0.5 if c.mean() > 90 else c + 110))
+  return tuple(int(v) for v in (c * 0.6 if c.mean() > 90 else c + 0.4 * (255 - c)))
 
 
 def _paint(img: Image.Image, shape: str, box, color, texture: str) -> None:
-  """One object: its shape as a mask, filled with its colour and texture (stripes or dots in a second shade)."""
+  """One object: its shape as a mask, filled with its colour and texture (thin stripes or small dots in a second
+  shade, a quarter of the area at most, so the object's average stays its own colour)."""
   x0, y0, x1, y1 = (int(round(v)) for v in box)
   w, h = x1 - x0, y1 - y0
   mask = Image.new("L", (w, h), 0)
@@ -150,9 +155,9 @@ def _paint(img: Image.Image, shape: str, box, color, texture: str) -> None:
   d, period = ImageDraw.Draw(fill), max(4, w // 5)
   if texture == "striped":
     for y in range(0, h, period):
-      d.rectangle((0, y, w, y + period // 2 - 1), fill=_shade(color))
+      d.rectangle((0, y, w, y + max(1, period // 4) - 1), fill=_shade(color))
   elif texture == "dotted":
-    r = max(1, period // 4)
+    r = max(1, period // 5)
     for y in range(period // 2, h, period):
       for x in range(period // 2, w, period):
         d.ellipse((x - r, y - r, x + r, y + r), fill=_shade(color))
@@ -274,8 +279,9 @@ def captions(sc: dict, rng: np.random.Generator, binding_noise: float = 0.0,
 
 
 WORLD_MANIFEST, BENCHMARKS_MANIFEST = "world.json", "benchmarks.json"
-WORLD_FORMAT = 3  # bump when the files a (size, seed) world holds change (2: larger objects, no third object;
-# 3: issue 31's world, two objects of four attributes, one first-sentence template, 22 extra-sentence templates)
+WORLD_FORMAT = 4  # bump when the files a (size, seed) world holds change (2: larger objects, no third object;
+# 3: issue 31's world, two objects of four attributes, one first-sentence template, 22 extra-sentence templates;
+# 4: larger small objects, thin textures in shades of the object's own colour, for the collage binding gate)
 
 
 def check_manifest(path: str, want: dict, what: str) -> bool:

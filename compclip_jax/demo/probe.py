@@ -187,8 +187,8 @@ def collage_pairs(train: list[dict], test: list[dict], seed: int) -> tuple[list[
   (training pairs: consecutive training scenes; test pairs: each test scene with a training scene, in a random
   place) → ([(scene, scene, tall)], [(test scene, partner, test first?, tall)])."""
   rng = np.random.default_rng([seed, 3])
-  # two pairings of the training scenes (consecutive, then shuffled): the probe of 2,000 collages was still
-  # learning (84 → 87 % with 4,000 on one tower; 6,000 gave no more)
+  # two pairings of the training scenes (consecutive, then shuffled): one pairing left the collage probe still
+  # learning (world format 3: 84 → 87 % from 2,000 to 4,000 collages on one tower)
   second = [train[int(k)] for k in rng.permutation(len(train))]
   train_pairs = [(s[k], s[k + 1], bool(rng.random() < 0.5)) for s in (train, second) for k in range(0, len(s) - 1, 2)]
   test_pairs = [
@@ -240,10 +240,14 @@ def collage_probe(embed_images: Callable[[list[str]], np.ndarray], train: list[d
 
 
 def probes(embed_images: Callable[[list[str]], np.ndarray], embed_texts: Callable[[list[str]], np.ndarray], folder: str,
-           n_train: int = 4000, n_test: int = 1000, seed: int = 7) -> dict:
+           n_train: int = 8000, n_test: int = 1000, seed: int = 7) -> dict:
   """{"image": probe(...) + "collage_binding", "text": probe(...)}: the probes on image embeddings of rendered scenes
   and of collages (cached in `folder`) and on text embeddings of their first sentences. `embed_*`: paths / texts →
-  [N, D] embeddings."""
+  [N, D] embeddings.
+
+  8,000 training scenes: the binding probe is still learning at 4,000 (one world format 4 tower, 1,000 held-out
+  scenes: 95.6 / 96.6 / 98.5 % fit on 2,000 / 4,000 / 8,000 scenes; its collage probe 93.6 / 93.7 % on 4,000 / 8,000
+  collages)."""
   train, test, same = probe_scenes(n_train, n_test, seed)
   scenes = train + test + same
   paths = render_scenes(scenes, folder, seed)
