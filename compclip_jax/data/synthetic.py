@@ -5,7 +5,8 @@ configs run the same loaders, transforms and evaluators as a real run. Training 
 (`evals.source="synthetic"`, `compclip_jax.evaluators.run.benchmark_dirs`); each is written once, on process 0, and
 recorded in a manifest (`world.json`, `benchmarks.json`) that makes a rerun reuse it and refuse another (size, seed).
 
-World format 3 (issue 31: CLIC's data regime, rules fixed before any model of it existed; docs/demo.md). Every scene
+World format 4 (issue 31: CLIC's data regime, rules fixed before any model of it existed; format 3's captions with
+larger small objects and thinner textures, for the gate's collage halves; docs/demo.md). Every scene
 holds two objects, one small and one large, each with a colour (10), a shape (10) and a texture (plain, striped,
 dotted), one above, below or beside the other, on a background that the scene word names (outdoors, nearby,
 ashore, aloft). Each image gets a first sentence in one template — "a small red heart above a large blue star
