@@ -29,6 +29,9 @@ class ImageOptions:
   # pixels turn black) and alpha is dropped afterwards, as the CLIC reference and open_clip's eval transform do;
   # False drops alpha before resizing (`data.alpha_premultiplied_resize`).
   alpha_premultiplied_resize: bool = True
+  # the model's eval transform resizes the whole image to a square (SigLIP) instead of resize + centre crop (CLIP);
+  # set by the trainer from the model (train/trainer.py `make_pipelines`)
+  squash: bool = False
 
 
 def _analysis(a) -> Analysis:
@@ -57,14 +60,15 @@ def half_image(rec: dict, size: int, premultiplied_alpha: bool = True) -> np.nda
   return squash(rec["image"], width, height, premultiplied_alpha)
 
 
-def eval_image(rec: dict, size: int, premultiplied_alpha: bool = True) -> np.ndarray:
-  """The model's eval transform without normalisation: shorter side → size (bicubic), centre crop. uint8.
-  `premultiplied_alpha`: see `SampleOptions.alpha_premultiplied_resize` (a prepared image is already resized)."""
+def eval_image(rec: dict, size: int, premultiplied_alpha: bool = True, squash: bool = False) -> np.ndarray:
+  """The model's eval transform without normalisation: shorter side → size (bicubic), centre crop; `squash`: the
+  whole image → size × size (SigLIP). uint8. `premultiplied_alpha`: see `ImageOptions.alpha_premultiplied_resize`
+  (a prepared image is already resized)."""
   if "full" in rec:
     return decode_rgb(rec["full"])
-  return Preprocess(size).resize_crop(rec["image"], premultiplied_alpha)
+  return Preprocess(size, squash=squash).resize_crop(rec["image"], premultiplied_alpha)
 
 
 def model_image(rec: dict, opts: ImageOptions) -> np.ndarray:
   """`eval_image` at the options' size and alpha choice."""
-  return eval_image(rec, opts.image_size, opts.alpha_premultiplied_resize)
+  return eval_image(rec, opts.image_size, opts.alpha_premultiplied_resize, opts.squash)

@@ -1,4 +1,5 @@
-"""Tokenizers: CLIP BPE (the checkpoint's own files via transformers, else instant-clip-tokenizer) and T5 SentencePiece.
+"""Tokenizers: CLIP BPE (the checkpoint's own files via transformers, else instant-clip-tokenizer), T5 SentencePiece,
+and SigLIP's (SentencePiece) and SigLIP 2's (Gemma's SentencePiece BPE), read with `sentencepiece` alone.
 
 Both CLIP backends only produce the BPE tokens of a text; the cleaning before BPE and the framing are ours, so the two
 give identical rows: `[SOT] tokens… [EOT] pad…`, `context_length` wide, truncated with EOT forced last (METHODS §1.2
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import os
 import re
 import shutil
@@ -229,6 +231,12 @@ class SiglipTokenizer:
   def has_files(directory: str) -> bool:
     return os.path.exists(os.path.join(directory, "spiece.model"))
 
+  def with_cleaning(self, clean: bool) -> "SiglipTokenizer":
+    """Itself: open_clip's ftfy / html cleaning (`CLIPTokenizer.with_cleaning`, `data.clean_text`) is no part of
+    SigLIP's pipeline, which canonicalises the text its own way (`canonical`)."""
+    del clean
+    return self
+
   @property
   def vocab_size(self) -> int:
     return self.sp.get_piece_size()
@@ -278,3 +286,113 @@ class SiglipTokenizer:
     with open(os.path.join(directory, "special_tokens_map.json"), "w") as f:
       json.dump(special, f, indent=2)
     return [os.path.join(directory, n) for n in SIGLIP_TOKENIZER_FILES]
+
+
+GEMMA_TOKENIZER_FILES = ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
+
+
+class GemmaTokenizer(SiglipTokenizer):
+  """SigLIP 2's Gemma tokenizer (`tokenizer.model`: SentencePiece BPE, byte fallback, 256k pieces) → np.int32 [N,
+  context_length]: the ids transformers' `GemmaTokenizer` gives a SigLIP 2 fixed-resolution directory with
+  `padding="max_length", max_length=64, truncation=True` on lower-cased text: lower-cased (`str.lower`), Gemma's
+  pieces (no dummy prefix, no normalisation), no BOS, EOS appended and kept on truncation, padded with `<pad>` (0, not
+  EOS as SigLIP pads), 64 wide. No transformers, no attention mask; SigLIP's rows (`encode`, `trims_padding`, …).
+  Equal to transformers' on the 29,293 SugarCrepe / SugarCrepe++ captions and the edge cases, with a Gemma-like
+  model trained in tests/data/test_gemma_tokenizer.py.
+
+  Established from: big_vision's SigLIP2_demo.ipynb, `lower(key="text")|tok(length=64, model="gemma", bos="no",
+  eos="sticky")` ("SigLIP 2 models work best with lowercase texts"), whose `tok` op (pp/proj/paligemma/ops.py) keeps
+  `x[:63] + x[-1:]` and pads with the tokenizer's pad id; transformers' model_doc/siglip2.md, "pass
+  padding="max_length" and max_length=64" and "Model was trained with lowercased text, so make sure your text labels
+  are preprocessed the same way" (its `GemmaTokenizer`, which a fixed-resolution `siglip` directory gets, does not
+  lower-case; NaFlex's `Siglip2Tokenizer` does); transformers' convert_siglip2_to_hf.py, `GemmaTokenizerFast(
+  add_bos_token=False, add_eos_token=True, padding_side="right")`, and the Hub configs' `add_bos_token: false`
+  (transformers PR #47627); big_vision's README_siglip2.md: the Gemma tokenizer and 256k vocabulary are the only
+  change from SigLIP's towers. Where big_vision differs we follow transformers: big_vision's `tf.strings.lower` is
+  ASCII only ("É" stays), and transformers reads `<eos>`, `<pad>`, `<bos>`, `<unk>` written in a text as those
+  tokens, which SentencePiece spells out (matched here as transformers does).
+  """
+  def __init__(self, tokenizer_model: str, context_length: int = 64, lower: bool = True):
+    import sentencepiece  # pylint: disable=import-outside-toplevel
+    if not os.path.exists(tokenizer_model):
+      raise FileNotFoundError(f"Gemma tokenizer model {tokenizer_model} not found (an HF SigLIP 2 directory has "
+                              "tokenizer.model)")
+    self.sp = sentencepiece.SentencePieceProcessor(model_file=tokenizer_model)
+    self.path, self.context_length, self.lower = tokenizer_model, context_length, lower
+    self.eos_id, self.pad_id = self.sp.eos_id(), self.sp.pad_id()
+    if min(self.eos_id, self.pad_id) < 0:
+      raise ValueError(f"{tokenizer_model}: no <eos> or <pad> piece (not a Gemma tokenizer model)")
+    self.source_dir = os.path.dirname(os.path.abspath(tokenizer_model))
+    # transformers splits its special tokens (<pad>, <eos>, <bos>, <unk>) out of the raw text before BPE; SentencePiece
+    # spells them out piece by piece (its user-defined pieces, e.g. <mask>, it matches itself)
+    n, is_special = self.sp.get_piece_size(), lambda i: self.sp.is_control(i) or self.sp.is_unknown(i)
+    self._special_ids = special = {self.sp.id_to_piece(i): i for i in range(n) if is_special(i)}
+    self._specials = re.compile("(" + "|".join(re.escape(p) for p in sorted(special, key=len, reverse=True)) + ")")
+
+  def __getstate__(self):
+    return {"tokenizer_model": self.path, "context_length": self.context_length, "lower": self.lower}
+
+  def with_cleaning(self, clean: bool) -> "GemmaTokenizer":
+    """Itself: open_clip's ftfy / html cleaning (`CLIPTokenizer.with_cleaning`, `data.clean_text`) is no part of
+    SigLIP 2's pipelines (big_vision and transformers lower-case the raw text and nothing else)."""
+    del clean
+    return self
+
+  @classmethod
+  def from_dir(cls, directory: str, context_length: int = 64) -> "GemmaTokenizer":
+    """`tokenizer.model`; `tokenizer_config.json` is only checked: a config asking transformers for a BOS or for no
+    EOS gets a warning (those ids are not SigLIP 2's training ids; ours stay SigLIP 2's)."""
+    cfg_path = os.path.join(directory, "tokenizer_config.json")
+    if os.path.exists(cfg_path):
+      with open(cfg_path) as f:
+        cfg = json.load(f)
+      if cfg.get("add_bos_token") is True or cfg.get("add_eos_token") is False:
+        logging.warning(
+            "%s: add_bos_token=%s, add_eos_token=%s: transformers would frame the ids differently from SigLIP 2's "
+            "training (no BOS, EOS); this tokenizer keeps SigLIP 2's", cfg_path, cfg.get("add_bos_token"),
+            cfg.get("add_eos_token"))
+    return cls(os.path.join(directory, "tokenizer.model"), context_length)
+
+  @staticmethod
+  def has_files(directory: str) -> bool:
+    return os.path.exists(os.path.join(directory, "tokenizer.model"))
+
+  def _ids(self, text: str) -> list[int]:
+    text = text.lower() if self.lower else text
+    if not self._special_ids or not self._specials.search(text):
+      return self.sp.encode(text)
+    out = []
+    for i, part in enumerate(self._specials.split(text)):  # odd parts: the special tokens
+      out += [self._special_ids[part]] if i % 2 else self.sp.encode(part)
+    return out
+
+  def write_files(self, directory: str) -> list[str]:
+    """tokenizer.model (and the source directory's tokenizer.json, when it has one) + tokenizer_config.json +
+    special_tokens_map.json: SigLIP 2's files, which `transformers.AutoTokenizer` / `AutoProcessor` read as a
+    `GemmaTokenizer` without BOS, with EOS, padded on the right. As with Google's files, transformers does not
+    lower-case: its users lower-case the text themselves."""
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    sources = {"tokenizer.model": self.path, "tokenizer.json": os.path.join(self.source_dir, "tokenizer.json")}
+    for name, src in sources.items():
+      target = os.path.join(directory, name)
+      if not os.path.exists(src):  # no tokenizer.json: transformers builds its tokenizer from tokenizer.model
+        continue
+      if os.path.abspath(src) != os.path.abspath(target):
+        shutil.copyfile(src, target)
+      written.append(target)
+    piece = self.sp.id_to_piece
+    special = {
+        "bos_token": piece(self.sp.bos_id()) if self.sp.bos_id() >= 0 else None, "eos_token": piece(self.eos_id),
+        "pad_token": piece(self.pad_id), "unk_token": piece(self.sp.unk_id())
+    }
+    special = {k: v for k, v in special.items() if v is not None}
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+      json.dump(
+          {
+              "tokenizer_class": "GemmaTokenizer", "model_max_length": self.context_length, "add_bos_token": False,
+              "add_eos_token": True, "padding_side": "right", "model_input_names": ["input_ids"], **special
+          }, f, indent=2)
+    with open(os.path.join(directory, "special_tokens_map.json"), "w") as f:
+      json.dump(special, f, indent=2)
+    return written + [os.path.join(directory, n) for n in GEMMA_TOKENIZER_FILES[1:]]

@@ -223,5 +223,13 @@ def per_set(fn: Callable[[jax.Array], jax.Array], ids: jax.Array) -> jax.Array:
 
 
 def logit_scale(clip: CLIP) -> jax.Array:
-  """s = exp(logit_scale), fp32 [] (stored as a log, METHODS §4)."""
-  return jnp.exp(clip.logit_scale[...].astype(jnp.float32))
+  """s = exp(logit_scale), fp32 [] (stored as a log, METHODS §4; SigLIP stores it [1])."""
+  return jnp.exp(clip.logit_scale[...].astype(jnp.float32).reshape(()))
+
+
+def logit_bias(clip: CLIP, c: ml_collections.ConfigDict) -> jax.Array | None:
+  """SigLIP's b, fp32 [], when the losses take their sigmoid forms: a sigmoid family (its `logit_bias_value`) with
+  `siglip.contrastive="sigmoid"`. None: the softmax forms the references define — a CLIP, or a SigLIP with
+  `siglip.contrastive="softmax"` (its scale; the bias cancels in every softmax). docs/siglip.md."""
+  bias = clip.logit_bias_value()
+  return bias if bias is not None and c.siglip.contrastive == "sigmoid" else None

@@ -327,6 +327,18 @@ class CLIP(nnx.Module):
     x = self.text_projection(self.text_model(jnp.asarray(ids)))
     return l2_normalize(x) if normalize else x
 
+  def pooled_text(self, ids) -> jax.Array:
+    """ids int [N, L] → the EOT token's state after the final LN, before `text_projection` [N, width]."""
+    return self.text_model(jnp.asarray(ids))
+
+  def project_text(self, pooled: jax.Array) -> jax.Array:
+    """[N, width] from `pooled_text` → the text embedding [N, embed_dim], not normalised."""
+    return self.text_projection(pooled)
+
+  def logit_bias_value(self) -> None:
+    """CLIP's logits have no bias (a softmax family); SigLIP's `logit_bias_value` is b."""
+    return None
+
   def encode_image(self, pixels, normalize: bool = False) -> jax.Array:
     """pixels float [N, H, W, 3] from `preprocess` → [N, embed_dim] (fp32 when normalised)."""
     x = self.visual_projection(self.vision_model(jnp.asarray(pixels)))
@@ -341,5 +353,6 @@ class CLIP(nnx.Module):
 
 
 def clip_of(model: nnx.Module) -> CLIP:
-  """The CLIP inside a model: the model itself, or a wrapper's `.clip` (a method's model around CLIP)."""
-  return model if isinstance(model, CLIP) else model.clip
+  """The two-tower model inside a model (a CLIP or a SigLIP): the model itself, or a wrapper's `.clip` (a method's
+  model around it, e.g. READ's)."""
+  return model.clip if hasattr(model, "clip") else model

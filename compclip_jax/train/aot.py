@@ -96,11 +96,12 @@ def collectives(hlo_text: str) -> dict:
   return dict(out)
 
 
-def abstract_batch(kind, batch: int, image_size: int, sh) -> dict:
-  """The kind's global batch (`StepKind.batch_shapes`, full token width) as ShapeDtypeStructs sharded `sh`."""
+def abstract_batch(kind, batch: int, image_size: int, sh, text_len: int = 77) -> dict:
+  """The kind's global batch (`StepKind.batch_shapes`, the text tower's full width `text_len`: CLIP's 77, SigLIP's
+  64) as ShapeDtypeStructs sharded `sh`."""
   return {
       k: jax.ShapeDtypeStruct(shape, np.dtype(dt), sharding=sh)
-      for k, (shape, dt) in kind.batch_shapes(batch, image_size).items()
+      for k, (shape, dt) in kind.batch_shapes(batch, image_size, text_len).items()
   }
 
 
@@ -152,7 +153,7 @@ def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True,
   kinds = [k for k in method.step_kinds(c) if not only or k.name in only]
   out = {}
   for kind in kinds:
-    batch = abstract_batch(kind, c.batch_size, size, batch_sh)
+    batch = abstract_batch(kind, c.batch_size, size, batch_sh, model.clip_cfg.text.context_length)
     out[kind.name] = _compile(kind.name, lambda k=kind, b=batch: fns[k.name].lower(st.state, st.frozen, b),
                               c.batch_size)
   if encoders and (not only or set(only) & set(ENCODERS)):

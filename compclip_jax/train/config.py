@@ -24,11 +24,20 @@ class ConfigError(UserError, ValueError):
 
 
 # Parameter-rule regexes for CLIP (matched against dotted paths, e.g. 'text_model.encoder.layers.0.mlp.fc1.kernel').
-CLIP_TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
+# SigLIP's names are transformers' too: its text head is text_model.head, its vision head is in vision_model, and its
+# logit_bias sits with the text side, as logit_scale does (models/siglip/).
+CLIP_TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale", r"logit_bias")
 CLIP_VISION = (r"vision_model\..*", r"visual_projection\..*")
-# ≥2-D weights (kernels, token/position embeddings) decay; biases, LayerNorm scales and logit_scale do not (§1.4).
-DECAY_2D = (r".*\.(kernel|embedding)",)
-NO_DECAY_2D = (r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding")
+# ≥2-D weights (kernels, token/position embeddings) decay; biases, LayerNorm scales and logit_scale do not (§1.4);
+# nor do SigLIP's logit_bias and its pooling head's probe (a learned query, as CLIP's class embedding)
+DECAY_2D = (r".*\.(kernel|embedding)", r".*\.in_proj_weight")
+NO_DECAY_2D = (r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding", r"(clip\.)?logit_bias",
+               r".*\.head\.probe", r".*\.in_proj_bias")
+# The rules that name SigLIP's parameters alone (added 2026-12-05): they match no CLIP parameter, so a run recorded
+# before they existed is the same run without them (`carry_added_rules`)
+SIGLIP_RULES = (r"logit_bias", r"(clip\.)?logit_bias", r"clip\.logit_bias", r".*\.in_proj_weight", r".*\.in_proj_bias",
+                r".*\.head\.probe")
+RULE_KEYS = ("optim.trainable", "optim.frozen", "optim.decay", "optim.no_decay")
 
 
 def _model() -> dict:
@@ -123,9 +132,19 @@ def base(method: Method) -> ml_collections.ConfigDict:
   # "coco_captions/2014:1.1.0" (evaluators/retrieval.py; data_dir / image_dir then only for the other benchmarks)
   c.evals = dict(benchmarks=(), every_steps=0, source="files", data_dir="", image_dir="", synthetic_size=0,
                  tie="strict", batch_size=64, coco_tfds="", tfds_data_dir="")
+  c.siglip = siglip()
   for s in method.sections:
     c[s.name] = s.defaults()
   return c
+
+
+def siglip() -> dict:
+  """How the methods' terms read a sigmoid-family model (SigLIP; docs/siglip.md, "Methods on SigLIP"); a CLIP ignores
+  them. contrastive: "sigmoid" (SigLIP's pairwise loss, each of an image's positives a +1 label, every other text −1)
+  | "softmax" (the CLIP forms with the model's scale; its bias cancels). negatives (with "sigmoid"): "columns" (each
+  swap negative an extra −1 column for every image) | "pair_softmax" (the softmax over each (positive, negative) pair,
+  with the model's scale; the bias cancels)."""
+  return dict(contrastive="sigmoid", negatives="columns")
 
 
 ARGS = ("", "runlocal", "demo")
@@ -208,10 +227,18 @@ RANGES = (("batch_size", _POS), ("num_epochs", _POS), ("total_steps", (_NONNEG[0
           ("mesh.data", _MESH), ("mesh.fsdp", _MESH), ("mesh.min_fsdp_size", _NONNEG),
           ("peak_flops", (_NONNEG[0], "≥ 0 (0: no MFU)")))
 
+# (key, its values): the shared string switches
+CHOICES = (("siglip.contrastive", ("sigmoid", "softmax")), ("siglip.negatives", ("columns", "pair_softmax")))
+
 
 def problems(c: ml_collections.ConfigDict) -> list[str]:
-  """Every shared value of `c` that makes no sense (`RANGES`), e.g. a learning rate ≤ 0 or a NaN."""
-  return methods_base.out_of_range(c, RANGES)
+  """Every shared value of `c` that makes no sense (`RANGES`, `CHOICES`), e.g. a learning rate ≤ 0 or a NaN."""
+  out = methods_base.out_of_range(c, RANGES)
+  for key, values in CHOICES:
+    section, name = key.split(".")
+    if c[section][name] not in values:
+      out.append(f"{key} {c[section][name]!r}: must be one of {', '.join(values)}")
+  return out
 
 
 def _keys(c: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
@@ -264,6 +291,7 @@ ADDED = {
     **{f"data.{k}": v for k, v in _tfds_data().items()},  # 2026-12-03: data.source="tfds"
     "optim.clamp_logit_scale": False,  # 2026-12-03: unclamped, as before
     "model.remat_vision": False,  # 2026-12-04: the vision tower's blocks stored, as before
+    **{f"siglip.{k}": v for k, v in siglip().items()},  # 2026-12-05: SigLIP training (a CLIP ignores them)
 }
 
 
@@ -285,6 +313,16 @@ def migrate_flat(flat: dict, renamed: tuple[tuple[str, str], ...], renamed_value
     if keep is None or k in keep:
       out.setdefault(k, v)
   return out, moved
+
+
+def carry_added_rules(old: dict, new: dict) -> dict:
+  """A recorded run identity `old` whose parameter rules are today's (`new`) less `SIGLIP_RULES` takes today's: the
+  rules added for SigLIP match no CLIP parameter, so that run trains what it trained (its trainable set says so)."""
+  out = dict(old)
+  for k in RULE_KEYS:
+    if k in old and k in new and list(old[k]) == [r for r in new[k] if r not in SIGLIP_RULES]:
+      out[k] = new[k]
+  return out
 
 
 def warn_renamed(moved: list, where: str) -> None:

@@ -109,6 +109,7 @@ def _previous_identity(workdir: str, identity: dict) -> dict | None:
   previous["identity"], moved = config_lib.migrate_flat(previous["identity"], methods.renamed_keys(),
                                                         methods.renamed_values(), keep)
   config_lib.warn_renamed(moved, os.path.join(workdir, runinfo.RUN_FILE))
+  previous["identity"] = config_lib.carry_added_rules(previous["identity"], identity)
   return previous
 
 
@@ -351,12 +352,14 @@ def export(c, workdir: str, model: Model, trainable) -> None:
   method = methods.get(c.method)
   if method.export_parts is not None:  # the method's own parts; CLIP's parameters for the rest
     flat = method.export_parts(c, workdir, model.export_info, model.t5_tokenizer, flat)
-  clip = params.fill(params.abstract(lambda: CLIP(model.clip_cfg, rngs=nnx.Rngs(0))), flat)
+  clip = params.fill(params.abstract(lambda: loading.model_class(model.clip_cfg)(model.clip_cfg, rngs=nnx.Rngs(0))),
+                     flat)
   pre = model.preprocess
   if c.export.hf:
     written = loading.save_clip(clip, os.path.join(workdir, "export", "hf"), "hf", tokenizer=model.tokenizer,
                                 preprocess=pre)
-    logging.info("exported HF CLIPModel: %s", os.path.dirname(written[0]))
+    kind = "CLIPModel" if isinstance(clip, CLIP) else "SiglipModel"
+    logging.info("exported HF %s: %s", kind, os.path.dirname(written[0]))
   if c.export.open_clip:
     loading.save_clip(clip, os.path.join(workdir, "export", "open_clip", "model.safetensors"), "open_clip",
                       preprocess=pre)

@@ -15,52 +15,70 @@ import numpy as np
 import optax
 from flax import nnx
 
+from compclip_jax import assets
 from compclip_jax.data.images import Preprocess
-from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
+from compclip_jax.data.tokenizers import CLIPTokenizer, SiglipTokenizer, T5Tokenizer
 from compclip_jax.errors import UserError
 from compclip_jax.methods import Method
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.clip import DTypes
+from compclip_jax.models.siglip import config as siglip_config
 from compclip_jax.train import optim, sharding, steps
 from compclip_jax.weights import loading, params
 
 
 @dataclasses.dataclass
 class Model:
-  """What training needs to know about the model it builds."""
+  """What training needs to know about the model it builds (a CLIP, or a SigLIP: `clip_cfg` a SiglipConfig)."""
   abstract: nnx.Module
   # initial parameters (numpy, stored dtype): the frozen ones are exported from here, bit for bit; ShapeDtypeStructs
   # where built `shapes_only`
   flat: dict
-  clip_cfg: clip_config.CLIPConfig
-  tokenizer: CLIPTokenizer
+  clip_cfg: clip_config.CLIPConfig | siglip_config.SiglipConfig
+  tokenizer: CLIPTokenizer | SiglipTokenizer
   t5_tokenizer: T5Tokenizer | None
   preprocess_mean: tuple
   preprocess_std: tuple
   export_info: object = None  # the method's (Extension.export_info), handed to its export_parts
+  preprocess_squash: bool = False  # SigLIP's square resize instead of CLIP's resize + centre crop
 
   @property
   def preprocess(self) -> Preprocess:
-    """The model's eval transform (input size, mean, std): what evaluation and the export use."""
-    return Preprocess(self.clip_cfg.vision.image_size, tuple(self.preprocess_mean), tuple(self.preprocess_std))
+    """The model's eval transform (input size, mean, std, resize): what evaluation, the samples and the export use."""
+    return Preprocess(self.clip_cfg.vision.image_size, tuple(self.preprocess_mean), tuple(self.preprocess_std),
+                      squash=self.preprocess_squash)
 
 
 def clip_factory(c: ml_collections.ConfigDict):
-  """cfg → a CLIP module with the run's dtypes, attention, remat and scan settings."""
+  """cfg → the two-tower module of its family (a CLIP, or a SigLIP for a SiglipConfig) with the run's dtypes,
+  attention, remat and scan settings."""
   m = c.model
   text_dt = DTypes(compute=m.text_compute_dtype or m.compute_dtype)
   vision_dt = DTypes(compute=m.vision_compute_dtype or m.compute_dtype)
-  return lambda cfg: CLIP(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt, remat_text=m.
-                          remat_text, remat_vision=m.remat_vision, attention=m.attention, remat_policy=m.remat_policy,
-                          scan_layers=m.scan_layers)
+  return lambda cfg: loading.model_class(cfg)(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt,
+                                              remat_text=m.remat_text, remat_vision=m.remat_vision, attention=m.
+                                              attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers)
 
 
-def _random_clip_config(c: ml_collections.ConfigDict) -> clip_config.CLIPConfig:
+SIGLIP_RANDOM = "siglip_tiny"  # model.random: a tiny random SigLIP (:runlocal smoke runs of the SigLIP family)
+
+
+def _random_model(c: ml_collections.ConfigDict):
+  """(config, tokenizer, preprocess) of model.random: "tiny" / "demo" / a named CLIP size, or "siglip_tiny" — a
+  tiny SigLIP whose SentencePiece tokenizer is the bundled one (compclip_jax/assets), no download."""
+  if c.model.random == SIGLIP_RANDOM:
+    tok = SiglipTokenizer(assets.SYNTHETIC_T5_SPIECE, siglip_config.tiny().text.context_length)
+    cfg = siglip_config.tiny()
+    cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text,
+                                                            vocab_size=max(cfg.text.vocab_size, tok.vocab_size)))
+    cfg = dataclasses.replace(cfg, vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
+    return cfg, tok, Preprocess(c.data.image_size, siglip_config.MEAN, siglip_config.STD, squash=True)
   small = {"tiny": clip_config.tiny, "demo": clip_config.demo}
   cfg = small[c.model.random]() if c.model.random in small else clip_config.named(c.model.random)
   if cfg.vision.image_size != c.data.image_size:
     cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
-  return cfg
+  return cfg, CLIPTokenizer.default(), Preprocess(cfg.vision.image_size, clip_config.OPENAI_MEAN,
+                                                  clip_config.OPENAI_STD)
 
 
 def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool = False) -> Model:
@@ -70,9 +88,6 @@ def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool 
   and nothing random is drawn; `Model.flat` holds ShapeDtypeStructs. What a compile check needs (`build_state(…,
   abstract=True)`): a ViT-L/14 + T5-large build costs no host memory and no minutes of random init.
   """
-  if c.model.init and loading.is_siglip(c.model.init):
-    raise UserError(f"model.init={c.model.init}: a SigLIP checkpoint; load_clip, evaluate and convert read it, but "
-                    "training a SigLIP is not wired in yet (docs/siglip.md)")
   make_clip = clip_factory(c)
   abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
   if c.model.init and shapes_only:
@@ -82,17 +97,15 @@ def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool 
     cfg, flat, tok, pre, _ = loading.load_clip_params(c.model.init, c.model.model_name or None, c.model.activation or
                                                       None, abstract_clip)
   else:
-    cfg = _random_clip_config(c)
+    cfg, tok, pre = _random_model(c)
     flat = params.param_structs(abstract_clip(cfg)) if shapes_only else params.flat_params(make_clip(cfg))
-    tok, pre = CLIPTokenizer.default(), Preprocess(cfg.vision.image_size, clip_config.OPENAI_MEAN,
-                                                   clip_config.OPENAI_STD)
   if tok is None:
     raise UserError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
   tok = tok.with_cleaning(c.data.clean_text)  # METHODS §1.2 step 7: open_clip's ftfy / html cleaning
   if method.extend_model is None:
-    return Model(abstract_clip(cfg), flat, cfg, tok, None, pre.mean, pre.std)
+    return Model(abstract_clip(cfg), flat, cfg, tok, None, pre.mean, pre.std, preprocess_squash=pre.squash)
   ext = method.extend_model(c, cfg, flat, make_clip, shapes_only=shapes_only)
-  return Model(ext.abstract, ext.flat, cfg, tok, ext.t5_tokenizer, pre.mean, pre.std, ext.export_info)
+  return Model(ext.abstract, ext.flat, cfg, tok, ext.t5_tokenizer, pre.mean, pre.std, ext.export_info, pre.squash)
 
 
 @dataclasses.dataclass

@@ -35,8 +35,8 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 def _model_problems(m) -> list[str]:
   errors = []
   if not m.init and not m.random:
-    errors.append("model.init (a path load_clip reads) or model.random ('tiny', 'demo' or an open_clip name) is "
-                  "required")
+    errors.append("model.init (a path load_clip reads) or model.random ('tiny', 'demo', 'siglip_tiny' or an "
+                  "open_clip name) is required")
   if m.init and not os.path.exists(m.init):
     errors.append(f"model.init {m.init} does not exist")
   elif m.init and os.path.exists(os.path.join(m.init, "run.json")):  # its config.json would pass for an HF model's
@@ -48,9 +48,10 @@ def _model_problems(m) -> list[str]:
       loading.detect_format(m.init)
     except ValueError as e:
       errors.append(f"model.init {e}")
-  if m.random and m.random not in ("tiny", "demo") and \
+  if m.random and m.random not in ("tiny", "demo", state.SIGLIP_RANDOM) and \
       m.random.removesuffix("-quickgelu") not in clip_config.OPEN_CLIP_MODELS:
-    errors.append(f"model.random {m.random!r}: use 'tiny', 'demo' or one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
+    errors.append(f"model.random {m.random!r}: use 'tiny', 'demo', '{state.SIGLIP_RANDOM}' or one of "
+                  f"{sorted(clip_config.OPEN_CLIP_MODELS)}")
   for name in ("frozen_dtype", "compute_dtype", "text_compute_dtype", "vision_compute_dtype"):
     if m[name] not in DTYPE_NAMES and not (name.endswith("_compute_dtype") and m[name] == ""):
       errors.append(f"model.{name} {m[name]!r}: use one of {DTYPE_NAMES}")
@@ -132,9 +133,13 @@ def _check_prepared_alpha(c, meta: dict, kinds) -> None:
                       f"--alpha_premultiplied_resize={want} (--rebuild to reuse the folder){way}")
 
 
-def _check_prepared(c, method: Method, source, size: int) -> None:
+def _check_prepared(c, method: Method, source, size: int, squash: bool = False) -> None:
   if not isinstance(source, PreparedSource):
     return
+  if squash:
+    raise ConfigError(f"{c.data.path}: prepared images are CLIP's resize + centre crop, but this model (SigLIP) "
+                      "resizes the whole image to a square; train it on the source itself (data.source=csv, coco or "
+                      "tfds)")
   if source.image_size != size:
     raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
                       f"python -m compclip_jax.prepare with --image_size={size}")
@@ -153,7 +158,8 @@ def make_pipelines(c, method: Method, source, model: state.Model, skips: records
   pipes = {}
   for k in method.step_kinds(c):
     cfg = pl.PipelineConfig(k, c.batch_size, seed=c.seed, num_workers=c.data.num_workers,
-                            max_skip_fraction=c.data.max_skip_fraction, options=k.options(c, size),
+                            max_skip_fraction=c.data.max_skip_fraction,
+                            options=dataclasses.replace(k.options(c, size), squash=model.preprocess_squash),
                             period=shares[k.name][0], slots=shares[k.name][1])
     pipes[k.name] = pl.make_batches(source, cfg, model.tokenizer, model.t5_tokenizer, jax.process_index(),
                                     jax.process_count())
@@ -186,7 +192,7 @@ class Trainer:
 
   def global_batch(self, kind: str) -> dict:
     local = next(self.pipes[kind])
-    if self.config.data.trim_tokens:
+    if self.config.data.trim_tokens and self.model.tokenizer.trims_padding:  # SigLIP pools the last position
       length = pl.text_length(local, self.model.tokenizer.eot_id)
       length = self.widths.max(length)  # every host must cut at the same width (host to host, sharding.py)
       local = pl.trim_tokens(local, length)
@@ -201,6 +207,9 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
   logging.info("mesh %s over %d devices, %d process(es)", dict(mesh.shape), jax.device_count(), jax.process_count())
   model = state.build_model(c, method)  # before the data: a model that does not load leaves the workdir as it was
+  if c.export.open_clip and model.preprocess_squash:
+    raise ConfigError("export.open_clip: a SigLIP is exported as an HF SiglipModel directory only (export.hf); "
+                      "open_clip/timm SigLIP files are not written yet (docs/siglip.md)")
   source = make_source(c, workdir)
   # read-time rejects: logged with examples, written to <workdir>/skipped.jsonl, checked against max_skip_fraction
   skips = records.SkipReport.for_workdir(workdir, c.data.max_skip_fraction, jax.process_index())
@@ -208,7 +217,7 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   if len(source) < c.batch_size // jax.process_count():
     raise ConfigError(f"{len(source)} usable records cannot fill a local batch of "
                       f"{c.batch_size // jax.process_count()}")
-  _check_prepared(c, method, source, model.clip_cfg.vision.image_size)
+  _check_prepared(c, method, source, model.clip_cfg.vision.image_size, model.preprocess_squash)
   pipes = make_pipelines(c, method, source, model, skips)
   total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
   st = state.build_state(c, model, mesh, total)

@@ -21,7 +21,8 @@ import numpy as np
 from flax import nnx
 
 from compclip_jax.data.images import Preprocess
-from compclip_jax.data.tokenizers import CLIP_TOKENIZER_FILES, CLIPTokenizer, SiglipTokenizer, T5Tokenizer
+from compclip_jax.data.tokenizers import (CLIP_TOKENIZER_FILES, CLIPTokenizer, GemmaTokenizer, SiglipTokenizer,
+                                          T5Tokenizer)
 from compclip_jax.errors import InputError
 from compclip_jax.models import clip_config
 from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
@@ -98,19 +99,22 @@ def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
                                 logit_scale_init=d["logit_scale_init"])
 
 
-def _tokenizer_for(path: str, fmt: str, cfg) -> CLIPTokenizer | SiglipTokenizer | None:
+def _tokenizer_for(path: str, fmt: str, cfg) -> CLIPTokenizer | SiglipTokenizer | GemmaTokenizer | None:
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   if isinstance(cfg, siglip_config.SiglipConfig):
-    if SiglipTokenizer.has_files(directory):
-      tok = SiglipTokenizer.from_dir(directory, cfg.text.context_length)
-      if tok.vocab_size > cfg.text.vocab_size:
-        raise InputError(f"{os.path.join(directory, 'spiece.model')}: {tok.vocab_size} pieces, more than the text "
-                         f"tower's vocab_size {cfg.text.vocab_size} in config.json: the tokenizer is not this "
-                         "model's (a SigLIP 2 model needs its Gemma tokenizer)")
-      return tok
+    # SigLIP ships spiece.model; SigLIP 2 (fixed resolution) Gemma's tokenizer.model (+ tokenizer.json, read by
+    # transformers only: the same pieces)
+    for kind, model_file in ((SiglipTokenizer, "spiece.model"), (GemmaTokenizer, "tokenizer.model")):
+      if kind.has_files(directory):
+        tok = kind.from_dir(directory, cfg.text.context_length)
+        if tok.vocab_size > cfg.text.vocab_size:
+          raise InputError(f"{os.path.join(directory, model_file)}: {tok.vocab_size} pieces, more than the text "
+                           f"tower's vocab_size {cfg.text.vocab_size} in config.json: the tokenizer is not this "
+                           "model's (SigLIP ships spiece.model, SigLIP 2 Gemma's tokenizer.model)")
+        return tok
     logging.warning(
-        "%s: no spiece.model beside the SigLIP weights (a SigLIP 2 Gemma tokenizer is not read yet); "
-        "returning no tokenizer", path)
+        "%s: no spiece.model (SigLIP) or tokenizer.model (SigLIP 2's Gemma tokenizer) beside the SigLIP weights "
+        "(a tokenizer.json alone is not read); returning no tokenizer", path)
     return None
   if CLIPTokenizer.has_files(directory):
     return CLIPTokenizer.from_dir(directory, cfg.text.context_length)
@@ -183,10 +187,10 @@ def load_clip_meta(path: str, model_name: str | None = None,
 
 
 def load_clip(path: str, *, model_name: str | None = None, activation: str | None = None,
-              text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(),
-              remat_text: bool = False) -> tuple[CLIP | SigLIP, CLIPTokenizer | SiglipTokenizer | None, Preprocess]:
+              text_dtypes: DTypes = DTypes(), vision_dtypes: DTypes = DTypes(), remat_text: bool = False
+             ) -> tuple[CLIP | SigLIP, CLIPTokenizer | SiglipTokenizer | GemmaTokenizer | None, Preprocess]:
   """(model, tokenizer, preprocess) from an HF directory, an open_clip file, or a compclip directory. An HF SigLIP
-  directory gives a `SigLIP` with its `SiglipTokenizer` and square-resize transform.
+  directory gives a `SigLIP` with its `SiglipTokenizer` (SigLIP 2: its `GemmaTokenizer`) and square-resize transform.
 
   `model_name` / `activation` only matter for open_clip files, whose state dict does not record them. The tokenizer
   is None (with a warning) for a non-standard vocabulary that ships no tokenizer files.
@@ -259,10 +263,11 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
   return written
 
 
-def _save_siglip(model: SigLIP, directory: str, format: str, tokenizer: SiglipTokenizer | None,
+def _save_siglip(model: SigLIP, directory: str, format: str, tokenizer: SiglipTokenizer | GemmaTokenizer | None,
                  preprocess: Preprocess | None) -> list[str]:
   """An HF SigLIP directory `transformers.SiglipModel` and `AutoProcessor` load: config.json, model.safetensors
-  (fp32), preprocessor_config.json, and with `tokenizer` its spiece.model and tokenizer config."""
+  (fp32), preprocessor_config.json, and with `tokenizer` its files (SigLIP: spiece.model; SigLIP 2: Gemma's
+  tokenizer.model, tokenizer.json when it came with one) and tokenizer config."""
   if format != "hf":
     raise InputError(f"format {format!r}: a SigLIP model is written as format='hf' (an HF SiglipModel directory); "
                      "open_clip/timm SigLIP files are not written yet")

@@ -268,3 +268,19 @@ def test_a_config_mistake_is_the_trainers_one_message():
   with pytest.raises(ConfigError, match="model.remat_policy 'some'") as e:
     aot.compile_steps(c, jax.devices()[:4])
   assert "nonexistent" not in str(e.value)
+
+
+@pytest.mark.slow  # a TPU compile takes 10–45 s on 2 cores
+@needs_libtpu
+def test_clic_on_a_siglip_compiles_for_the_tpu_at_siglips_text_width():
+  """CLIC's sigmoid forms (docs/siglip.md) on a tiny SigLIP, data parallel over a v5e-4: the batch at the text
+  tower's full width (its context length, not CLIP's 77), and the positives' logits in a form libtpu 0.0.42 compiles
+  (read off the [4, B, B] diagonal, they failed a RET_CHECK in its all-reduce-scatter fusion; it takes 128 samples
+  per device, a full lane tile, to show)."""
+  from configs import clic  # pylint: disable=import-outside-toplevel
+  devices = tpu.compile_only_devices("v5e:2x2")
+  c = _tiny(clic, **{"model.random": "siglip_tiny", "batch_size": 128 * len(devices), "evals.benchmarks": ()})
+  reports = aot.compile_steps(c, devices, encoders=False)
+  assert set(reports) == {"clic", "clic_clip"}
+  for name, r in reports.items():
+    assert not r.error and r.hbm_bytes > 0 and r.flops > 0, (name, r.error)

@@ -105,7 +105,8 @@ def test_console_line_shows_the_methods_terms(tmp_path):
 B, L, T = 4, 12, 9
 LOSS = ml_collections.ConfigDict(
     dict(clic=dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0), read=dict(w_con=1.0, w_rec=0.1, w_align=0.5,
-                                                                 align_direction="para_to_orig", t5_dropout=False)))
+                                                                 align_direction="para_to_orig", t5_dropout=False),
+         siglip=dict(contrastive="sigmoid", negatives="columns")))  # a CLIP ignores it
 
 
 @pytest.fixture(scope="module")

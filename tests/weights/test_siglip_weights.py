@@ -1,7 +1,7 @@
 """HF SigLIP directories in and out through `load_clip` / `save_clip`: a random-init transformers `SiglipModel` saved
 with its SiglipTokenizer (a SentencePiece model trained here) and SiglipImageProcessor loads as our SigLIP with the
 same ids, pixels, embeddings and logits (≤ 1e-5); the export loads back into transformers bit for bit, and
-`AutoProcessor` reads it."""
+`AutoProcessor` reads it. The same for a SigLIP 2 (fixed resolution) directory with a Gemma-like tokenizer."""
 import json
 
 import numpy as np
@@ -10,7 +10,7 @@ import torch
 import transformers
 from PIL import Image
 
-from compclip_jax.data.tokenizers import SiglipTokenizer
+from compclip_jax.data.tokenizers import GemmaTokenizer, SiglipTokenizer
 from compclip_jax.errors import InputError
 from compclip_jax.models.siglip import config as sc
 from compclip_jax.models.siglip.model import SigLIP
@@ -20,9 +20,9 @@ TOL = 1e-5
 TEXTS = ["A red shirt man on a gray horse.", "a gray shirt man, on a red horse!", "Two dogs play in the snow", "a cat"]
 
 
-def _cfg() -> sc.SiglipConfig:
+def _cfg(vocab_size: int = 300) -> sc.SiglipConfig:
   base = sc.tiny()
-  return sc.SiglipConfig(sc.TextConfig(**{**base.text.__dict__, "vocab_size": 300}), base.vision)
+  return sc.SiglipConfig(sc.TextConfig(**{**base.text.__dict__, "vocab_size": vocab_size}), base.vision)
 
 
 @pytest.fixture(scope="module")
@@ -150,14 +150,87 @@ def test_convert_rewrites_a_siglip_directory(hf_dir, tmp_path):
     torch.testing.assert_close(back[k], v, rtol=0, atol=0, msg=k)
 
 
-def test_training_from_a_siglip_directory_is_refused_in_one_line(hf_dir):
-  from compclip_jax import methods
-  from compclip_jax.errors import UserError
-  from compclip_jax.train import state
-  from configs import clic
-  d, _ = hf_dir
-  c = clic.get_config("runlocal")
-  c.model.init = str(d)
-  for shapes_only in (False, True):  # training and the compile check
-    with pytest.raises(UserError, match="a SigLIP checkpoint.*not wired in yet"):
-      state.build_model(c, methods.get("clic"), shapes_only=shapes_only)
+def _corpus():
+  return [
+      f"a {c} {s} man on a {c2} horse" for c in ("red", "gray", "blue") for s in ("shirt", "hat", "coat")
+      for c2 in ("red", "gray", "white")
+  ] + [t.lower() for t in TEXTS] * 3
+
+
+@pytest.fixture(scope="module")
+def siglip2_dir(tmp_path_factory):
+  """A SigLIP 2 (fixed resolution) directory: a random-init transformers `SiglipModel` whose vocabulary is a Gemma-like
+  tokenizer's, saved with that tokenizer as transformers saves SigLIP 2's (tokenizer.model, tokenizer.json,
+  tokenizer_config.json: GemmaTokenizer, no BOS, EOS, right padding) and a SiglipImageProcessor."""
+  from tests.data.test_gemma_tokenizer import gemma_model, hf_gemma
+  d = tmp_path_factory.mktemp("siglip2")
+  gemma_model(d, _corpus(), vocab_size=330)
+  ref = hf_gemma(d, model_max_length=16, model_input_names=["input_ids"])
+  ref.save_pretrained(d)
+  torch.manual_seed(0)
+  model = transformers.SiglipModel(transformers.SiglipConfig(**sc.to_hf(_cfg(ref.vocab_size)))).eval()
+  model.save_pretrained(d)
+  transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(d)
+  return d, model
+
+
+def _lower(texts):
+  return [t.lower() for t in texts]  # what SigLIP 2 users are told to do: transformers' GemmaTokenizer does not
+
+
+def test_a_siglip2_directory_loads_with_its_gemma_tokenizer(siglip2_dir):
+  d, hf = siglip2_dir
+  assert {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in d.iterdir()}
+  model, tok, pre = load_clip(str(d))
+  assert isinstance(model, SigLIP) and isinstance(tok, GemmaTokenizer) and tok.context_length == 16
+  ref_tok = transformers.AutoTokenizer.from_pretrained(str(d))
+  assert type(ref_tok).__name__ == "GemmaTokenizer"
+  want_ids = ref_tok(_lower(TEXTS), padding="max_length", max_length=16, truncation=True,
+                     return_tensors="np")["input_ids"]
+  np.testing.assert_array_equal(tok(TEXTS), want_ids)
+  assert (want_ids == 0).any() and (want_ids[:, 0] != 2).all()  # <pad> 0 padding, no BOS
+  pixels = pre(_image())[None]
+  _, per_text = model(tok(TEXTS), pixels)
+  np.testing.assert_allclose(np.asarray(per_text), _theirs(hf, want_ids, pixels), atol=TOL, rtol=TOL)
+  _, meta_tok, _ = load_clip_meta(str(d))
+  assert isinstance(meta_tok, GemmaTokenizer) and meta_tok(TEXTS).tolist() == tok(TEXTS).tolist()
+
+
+def test_a_siglip2_export_gives_transformers_our_ids(siglip2_dir, tmp_path):
+  """save_clip writes the Gemma tokenizer's files (tokenizer.json copied): AutoProcessor / AutoTokenizer on the export
+  give our ids for the lower-cased texts, and load_clip reads the export back with the same tokenizer."""
+  d, hf = siglip2_dir
+  model, tok, pre = load_clip(str(d))
+  written = save_clip(model, str(tmp_path / "out"), tokenizer=tok, preprocess=pre)
+  names = {p.rsplit("/", 1)[1] for p in written}
+  assert {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= names
+  proc = transformers.AutoProcessor.from_pretrained(str(tmp_path / "out"))
+  got = proc(text=_lower(TEXTS), images=_image(), padding="max_length", max_length=16, truncation=True,
+             return_tensors="np")
+  np.testing.assert_array_equal(got["input_ids"], tok(TEXTS))
+  ref_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+  long = ["A red shirt man on a gray horse " * 4]  # truncated: EOS kept last
+  want = ref_tok(_lower(TEXTS + long), padding="max_length", max_length=16, truncation=True)["input_ids"]
+  np.testing.assert_array_equal(np.asarray(want), tok(TEXTS + long))
+  assert tok(long)[0, -1] == tok.eos_id
+  back = transformers.SiglipModel.from_pretrained(str(tmp_path / "out")).state_dict()
+  for k, v in hf.state_dict().items():
+    torch.testing.assert_close(back[k], v, rtol=0, atol=0, msg=k)
+  again, tok2, _ = load_clip(str(tmp_path / "out"))
+  assert isinstance(tok2, GemmaTokenizer) and tok2(TEXTS).tolist() == tok(TEXTS).tolist()
+
+
+def test_siglip2_tokenizer_mistakes(siglip2_dir, tmp_path, caplog):
+  d, _ = siglip2_dir
+  small = json.loads((d / "config.json").read_text())
+  small["text_config"]["vocab_size"] = 8  # fewer ids than tokenizer.model has pieces: another model's tokenizer
+  (tmp_path / "other").mkdir()
+  (tmp_path / "other" / "tokenizer.model").write_bytes((d / "tokenizer.model").read_bytes())
+  (tmp_path / "other" / "config.json").write_text(json.dumps(small))
+  with pytest.raises(InputError, match="tokenizer.model: .* pieces, more than the text tower's vocab_size 8"):
+    load_clip_meta(str(tmp_path / "other"))
+  (tmp_path / "json_only").mkdir()  # tokenizer.json without tokenizer.model: not read, one warning
+  for name in ("config.json", "tokenizer.json"):
+    (tmp_path / "json_only" / name).write_bytes((d / name).read_bytes())
+  _, tok, _ = load_clip_meta(str(tmp_path / "json_only"))
+  assert tok is None and "tokenizer.json alone is not read" in caplog.text

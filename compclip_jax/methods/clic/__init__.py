@@ -66,7 +66,8 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B] → losses.clic_loss (metrics clic/*)."""
   del rng
   img, txt, scale = encode(model, batch, norm)
-  return losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg, c.clic.w_uni)
+  return losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg, c.clic.w_uni,
+                          base.logit_bias(clip_of(model), c), c.siglip.negatives)
 
 
 STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner,

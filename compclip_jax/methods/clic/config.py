@@ -5,8 +5,9 @@ import ml_collections
 
 from compclip_jax.methods import base
 
-# Parameter-rule regexes (matched against dotted parameter paths): CLIC trains the text side.
-TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale")
+# Parameter-rule regexes (matched against dotted parameter paths): CLIC trains the text side (a SigLIP's logit_bias
+# with it, as its logit_scale).
+TEXT = (r"text_model\..*", r"text_projection\..*", r"logit_scale", r"logit_bias")
 VISION = (r"vision_model\..*", r"visual_projection\..*")
 
 

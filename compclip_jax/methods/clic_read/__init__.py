@@ -49,12 +49,12 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   + w_align·L_align; metrics clic/* and read/rec, read/align."""
   clip = model.clip
   img = base.image_embeddings(clip, batch, norm)
-  by_sample = base.per_sample(clip.text_model, batch["ids"])  # [B, 5, width]: p1, p2, p3, p4, n
-  txt = base.set_major(l2_normalize(clip.text_projection(by_sample)))  # [5B, D]: p1 (B); p2; p3; p4; n
+  by_sample = base.per_sample(clip.pooled_text, batch["ids"])  # [B, 5, width]: p1, p2, p3, p4, n
+  txt = base.set_major(l2_normalize(clip.project_text(by_sample)))  # [5B, D]: p1 (B); p2; p3; p4; n
   scale = base.logit_scale(clip)
   b = img.shape[0]
   l_clic, metrics = clic_losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg,
-                                          c.clic.w_uni)
+                                          c.clic.w_uni, base.logit_bias(clip, c), c.siglip.negatives)
   # p1 sample-major, as READ's step reads it (methods/read: no gather of the set-major rows)
   dec_logits = read.reconstruction_logits(model, by_sample[:, 0], batch["t5_target"], rng, c)
   l_rec = read_losses.token_reconstruction(dec_logits, batch["t5_target"])

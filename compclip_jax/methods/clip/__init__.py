@@ -23,10 +23,11 @@ def sample(rec, partner, rng, tagger, opts: ImageOptions) -> dict:
 
 def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   """batch: image uint8 [B, S, S, 3], ids [B, 1, L] → losses.clip_loss. Works on CLIP or READ's CLIP + decoder."""
-  del rng, c
+  del rng
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
-  return losses.clip_loss(img, clip.encode_text(batch["ids"][:, 0], normalize=True), base.logit_scale(clip))
+  return losses.clip_loss(img, clip.encode_text(batch["ids"][:, 0], normalize=True), base.logit_scale(clip),
+                          base.logit_bias(clip, c))
 
 
 STEP = base.StepKind("clip", sample, loss)

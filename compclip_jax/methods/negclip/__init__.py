@@ -52,11 +52,12 @@ def sample(rec, partner, rng, tagger, opts: Options) -> dict:
 
 def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 2, L], neg_valid [B] → losses.negclip_loss (metrics con/*)."""
-  del rng, c
+  del rng
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
   txt = base.per_set(lambda ids: clip.encode_text(ids, normalize=True), batch["ids"])  # [2B, D]
-  return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip))
+  return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip), base.logit_bias(clip, c),
+                             c.siglip.negatives)
 
 
 STEP = base.StepKind("negclip", sample, loss, options=options, layout=base.Layout(texts=2, negatives=()))

@@ -54,15 +54,16 @@ def loss(read_model, batch: dict, rng, norm: tuple, c) -> tuple:
   losses.read_loss (metrics read/*, con/*)."""
   clip = read_model.clip
   img = base.image_embeddings(clip, batch, norm)
-  by_sample = base.per_sample(clip.text_model, batch["ids"])  # [B, 4, width]
-  txt = base.set_major(l2_normalize(clip.text_projection(by_sample)))  # [4B, D]
+  by_sample = base.per_sample(clip.pooled_text, batch["ids"])  # [B, 4, width]
+  txt = base.set_major(l2_normalize(clip.project_text(by_sample)))  # [4B, D]
   # the decoder reads the positives sample-major: their rows of the set-major array are not the batch's own shards
   # (XLA gathered them to every device at every decoder layer: docs/tpu.md)
   dec_logits = reconstruction_logits(read_model, by_sample[:, 0], batch["t5_target"], rng, c)
   para = clip.encode_text(batch["para_ids"], normalize=True)
   r = c.read
   return losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"], base.logit_scale(clip),
-                          r.w_rec, r.w_align, r.align_direction, w_con=r.w_con)
+                          r.w_rec, r.w_align, r.align_direction, w_con=r.w_con, bias=base.logit_bias(clip, c),
+                          negatives=c.siglip.negatives)
 
 
 def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:

@@ -79,5 +79,8 @@ def recipe(c: ml_collections.ConfigDict) -> None:
   c.optim.trainable = (r"clip\..*", r"proj\.kernel")
   c.optim.frozen = (r"decoder\..*",)
   # everything decays except biases and LayerNorm weights (embeddings, logit_scale, W included) — METHODS §2.4
-  c.optim.decay = (r".*\.(kernel|embedding)", r"clip\.logit_scale", r".*class_embedding")
-  c.optim.no_decay = (r".*\.(bias|scale)",)
+  c.optim.decay = (r".*\.(kernel|embedding)", r"clip\.logit_scale", r".*class_embedding", r".*\.in_proj_weight",
+                   r".*\.head\.probe")
+  # a SigLIP's (docs/siglip.md): its pooling head's fused q/k/v weight and probe decay as weights and embeddings do;
+  # its in_proj_bias and logit_bias are biases
+  c.optim.no_decay = (r".*\.(bias|scale)", r".*\.in_proj_bias", r"clip\.logit_bias")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from compclip_jax.methods.losses import cross_entropy, hard_negative_contrastive, masked_mean
+from compclip_jax.methods.losses import contrastive_with_negatives, cross_entropy, masked_mean
 
 Array = jax.Array
 
@@ -33,16 +33,17 @@ def sentence_alignment(para: Array, orig: Array, scale: Array, direction: str = 
 
 def read_loss(img: Array, txt: Array, neg_valid: Array, para: Array, dec_logits: Array, targets: Array, scale: Array,
               w_rec: float = 0.1, w_align: float = 0.5, align_direction: str = "para_to_orig", pad_id: int = 0,
-              w_con: float = 1.0) -> tuple[Array, dict]:
+              w_con: float = 1.0, bias: Array | None = None, negatives: str = "columns") -> tuple[Array, dict]:
   """L_READ = L_con + 0.1·L_rec + 0.5·L_align (METHODS §2.3). `w_con` (1 in READ) lets the synthetic-world demo
   train the decoder alone (w_con = w_align = 0).
 
   img [B, D]; txt [4B, D] stacked [T; n1; n2; n3]; neg_valid [B, 3]; para [B, D]; dec_logits [B, T5, V];
-  targets [B, T5].
+  targets [B, T5]. `bias` (a sigmoid family's b): L_con in its sigmoid form (`negatives`: methods/losses.py
+  `sigmoid_hard_negative`); L_rec and L_align, text-side, unchanged (docs/siglip.md).
   """
   b = img.shape[0]
   negs = txt[b:].reshape(-1, b, txt.shape[-1])
-  l_con, m = hard_negative_contrastive(img, txt[:b], negs, neg_valid, scale)
+  l_con, m = contrastive_with_negatives(img, txt[:b], negs, neg_valid, scale, bias, negatives)
   l_rec = token_reconstruction(dec_logits, targets, pad_id)
   l_align = sentence_alignment(para, txt[:b], scale, align_direction)
   loss = w_con * l_con + w_rec * l_rec + w_align * l_align

@@ -40,6 +40,6 @@ def sample(rec: dict, rng: np.random.Generator, tagger: Tagger | None, opts: Opt
   negs, kinds = [n for n, _ in made], [k for _, k in made]
   # READ's reference converts to RGB before its processor resizes: alpha dropped first, whatever the switch says
   return {
-      "image": eval_image(rec, opts.image_size, False), "texts": [caps[t]] + [n or "" for n in negs],
+      "image": eval_image(rec, opts.image_size, False, opts.squash), "texts": [caps[t]] + [n or "" for n in negs],
       "neg_valid": np.array([n is not None for n in negs]), "paraphrase": para, "target": caps[y], "neg_kind": kinds
   }  # one kind per negative

@@ -45,9 +45,14 @@ class TextTransformer(nnx.Module):
 
     Only the last position is read, so the last block runs there only (the encoder's `rows`): exact, as the query of
     that position attends to every key with no mask."""
+    return self.head(self.pooled(ids))
+
+  def pooled(self, ids: jax.Array) -> jax.Array:
+    """ids int [B, L] → the last position's state after the final LN, before `head` [B, width] (HF's
+    `pooler_output` before the head: what READ's decoder reads)."""
     x = self._embed(ids)
     last = jnp.full((x.shape[0],), x.shape[1] - 1)
-    return self.head(self.final_layer_norm(self.encoder(x, causal=False, rows=last)))
+    return self.final_layer_norm(self.encoder(x, causal=False, rows=last))
 
   def hidden_states(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] → [B, L, W] after the final LN, every position (HF's `last_hidden_state`)."""
@@ -136,11 +141,12 @@ class SigLIP(nnx.Module):
   `models.clip.CLIP`: each tower has its DTypes, embeddings leave `encode_*` normalised in fp32."""
   def __init__(self, cfg: SiglipConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
                vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
-               remat_policy: str = "full", scan_layers: bool = False):
+               remat_policy: str = "full", scan_layers: bool = False, remat_vision: bool = False):
     self.cfg = cfg
     self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text, attention=attention,
                                       remat_policy=remat_policy, scan=scan_layers)
-    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, attention=attention, scan=scan_layers)
+    self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, remat=remat_vision, attention=attention,
+                                          remat_policy=remat_policy, scan=scan_layers)
     const = lambda v: _inits(rngs, "init", init=lambda _k, s, d: jnp.full(s, v, d))["init"]
     self.logit_scale = nnx.Param(const(cfg.logit_scale_init)(None, (1,), jnp.float32))
     self.logit_bias = nnx.Param(const(cfg.logit_bias_init)(None, (1,), jnp.float32))
@@ -154,6 +160,18 @@ class SigLIP(nnx.Module):
                        "mask (pass input_ids alone; SiglipTokenizer gives the padded ids)")
     x = self.text_model(jnp.asarray(ids))
     return l2_normalize(x) if normalize else x
+
+  def pooled_text(self, ids) -> jax.Array:
+    """ids int [N, L] → the text tower's pooled state before its head [N, width] (`project_text` finishes it)."""
+    return self.text_model.pooled(jnp.asarray(ids))
+
+  def project_text(self, pooled: jax.Array) -> jax.Array:
+    """[N, width] from `pooled_text` → the text embedding [N, projection_size], not normalised."""
+    return self.text_model.head(pooled)
+
+  def logit_bias_value(self) -> jax.Array:
+    """b, fp32 [] (SigLIP's logits are t̂ · îᵀ · exp(t') + b)."""
+    return self.logit_bias[...].astype(jnp.float32).reshape(())
 
   def encode_image(self, pixels, normalize: bool = False) -> jax.Array:
     """pixels float [N, H, W, 3] → [N, width] (fp32 when normalised)."""

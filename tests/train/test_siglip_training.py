@@ -1,0 +1,131 @@
+"""Every method trains a SigLIP (docs/siglip.md, "Methods on SigLIP"): `:runlocal` with `model.random=siglip_tiny`,
+and CLIC from an HF SiglipModel directory that transformers wrote. The exports are HF SiglipModel directories that
+transformers loads and that give transformers our trained model's logits; the frozen vision tower comes back bit for
+bit; SigLIP's padded rows are never trimmed; what cannot work is one line before anything trains."""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from compclip_jax import methods
+from compclip_jax.errors import UserError
+from compclip_jax.train import config as config_lib
+from compclip_jax.train import loop as train
+from compclip_jax.train import state, trainer
+from compclip_jax.weights import loading
+from configs import clic, clic_read, clip, negclip, read
+
+pytestmark = pytest.mark.slow  # every test here trains
+
+CONFIGS = {"clic": clic, "read": read, "negclip": negclip, "clip": clip, "clic_read": clic_read}
+
+
+def _cfg(method, **overrides):
+  c = CONFIGS[method].get_config("runlocal")
+  c.model.random = state.SIGLIP_RANDOM
+  c.evals.benchmarks = ()
+  c.total_steps, c.checkpoint.every_steps = 4, 4
+  for key, value in overrides.items():
+    section, name = key.split(".")
+    c[section][name] = value
+  return c
+
+
+def _transformers_logits(export_dir, ids, pixels):
+  import torch
+  import transformers
+  model = transformers.SiglipModel.from_pretrained(export_dir).eval()
+  with torch.no_grad():
+    out = model(input_ids=torch.from_numpy(np.asarray(ids)).long(),
+                pixel_values=torch.from_numpy(np.asarray(pixels).transpose(0, 3, 1, 2)))
+  return out.logits_per_text.numpy()
+
+
+@pytest.mark.parametrize("method", sorted(CONFIGS))
+def test_every_method_trains_a_siglip_and_exports_an_hf_siglipmodel(tmp_path, method):
+  last = train.run(_cfg(method), str(tmp_path))
+  assert np.isfinite(last["loss"])
+  export = tmp_path / "export" / "hf"
+  ours, tok, pre = loading.load_clip(str(export))
+  assert type(ours).__name__ == "SigLIP" and tok.trims_padding is False and pre.squash
+  ids = tok(["a small red heart above a large blue star outdoors", "a gray ring"])
+  pixels = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
+  _, per_text = ours(ids, pixels)
+  np.testing.assert_allclose(_transformers_logits(export, ids, pixels), np.asarray(per_text), atol=1e-5)
+  # the bias trained with the text side (it starts at −10); the vision tower is frozen where the method says so
+  assert float(ours.logit_bias[...][0]) != -10.0
+  if method == "clic":  # convert from the run's latest checkpoint writes training's own export, file for file
+    from compclip_jax.cli import export_run
+    _, written = export_run.export_run(*export_run.run_source(str(tmp_path)), str(tmp_path / "converted"))
+    hf_files = sorted(os.path.relpath(p, tmp_path / "converted" / "hf") for p in written)
+    assert hf_files == sorted(os.listdir(export))
+    for f in hf_files:
+      assert (tmp_path / "converted" / "hf" / f).read_bytes() == (export / f).read_bytes(), f
+  if method in ("clic", "negclip", "clip"):
+    init = state.build_model(_cfg(method), methods.get(method)).flat
+    back = {k: np.asarray(v.get_value()) for k, v in _flat(ours).items() if k.startswith("vision_model.")}
+    assert back and all(np.array_equal(back[k], np.asarray(init[k])) for k in back)
+
+
+def _flat(model):
+  from flax import nnx
+  return {".".join(map(str, p)): v for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def _hf_siglip_dir(d):
+  """A random-init transformers SiglipModel of the tiny shape with SigLIP's 64 text positions, saved with a
+  SentencePiece tokenizer (the bundled one, trained on the synthetic world's words) and SiglipImageProcessor's
+  config: what a user's SigLIP checkpoint directory holds."""
+  import shutil
+
+  import sentencepiece as spm
+  import torch
+  import transformers
+  from compclip_jax import assets
+  from compclip_jax.models.siglip import config as sc
+  shutil.copyfile(assets.SYNTHETIC_T5_SPIECE, d / "spiece.model")
+  pieces = spm.SentencePieceProcessor(model_file=str(d / "spiece.model")).get_piece_size()
+  tiny = sc.tiny()  # 64 positions: far wider than these captions, which a trimmed row would show
+  tiny = dataclasses.replace(tiny, text=dataclasses.replace(tiny.text, context_length=64, vocab_size=pieces))
+  torch.manual_seed(0)
+  transformers.SiglipModel(transformers.SiglipConfig(**sc.to_hf(tiny))).save_pretrained(d)
+  transformers.SiglipTokenizer(vocab_file=str(d / "spiece.model"), model_max_length=64).save_pretrained(d)
+  transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(d)
+  return d
+
+
+def test_clic_trains_from_an_hf_siglip_directory_with_untrimmed_rows(tmp_path):
+  d = _hf_siglip_dir(tmp_path)
+  c = _cfg("clic")
+  c.model.random, c.model.init = "", str(d)
+  t = trainer.setup(c, str(tmp_path / "run"))
+  assert t.model.preprocess_squash
+  for kind in t.kinds:  # SigLIP pools the last position: its rows keep the tokenizer's full width
+    ids = t.global_batch(kind)["ids"]
+    assert ids.shape[-1] == t.model.tokenizer.context_length == 64
+    assert np.all(np.asarray(ids)[..., 40:] == 1)  # EOS-padded: the captions end well before
+  last = train.run(c, str(tmp_path / "run"))
+  assert np.isfinite(last["loss"])
+  ours, tok, _ = loading.load_clip(str(tmp_path / "run" / "export" / "hf"))
+  start, _, _ = loading.load_clip(str(d))
+  same = lambda a, b: np.array_equal(np.asarray(a[...]), np.asarray(b[...]))
+  assert same(ours.vision_model.head.probe, start.vision_model.head.probe)  # frozen, exported as it was read
+  assert not same(ours.text_model.head.kernel, start.text_model.head.kernel)  # trained
+  import transformers
+  proc = transformers.AutoProcessor.from_pretrained(tmp_path / "run" / "export" / "hf")
+  text = "a gray shirt man on a red horse"
+  assert proc.tokenizer([text], padding="max_length", max_length=tok.context_length,
+                        truncation=True)["input_ids"] == tok([text]).tolist()
+
+
+def test_what_a_siglip_run_cannot_do_is_one_line_before_training(tmp_path):
+  c = _cfg("clic")
+  c.export.open_clip = True
+  with pytest.raises(config_lib.ConfigError, match="a SigLIP is exported as an HF SiglipModel directory only"):
+    train.run(c, str(tmp_path / "a"))
+  assert not (tmp_path / "a" / "checkpoints").exists()
+  c = _cfg("clic")
+  c.siglip.negatives = "rows"
+  with pytest.raises(UserError, match="siglip.negatives 'rows'"):
+    train.run(c, str(tmp_path / "b"))
