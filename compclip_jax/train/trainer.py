@@ -207,9 +207,6 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
   mesh = sharding.make_mesh(c.mesh.data, c.mesh.fsdp)
   logging.info("mesh %s over %d devices, %d process(es)", dict(mesh.shape), jax.device_count(), jax.process_count())
   model = state.build_model(c, method)  # before the data: a model that does not load leaves the workdir as it was
-  if c.export.open_clip and model.preprocess_squash:
-    raise ConfigError("export.open_clip: a SigLIP is exported as an HF SiglipModel directory only (export.hf); "
-                      "open_clip/timm SigLIP files are not written yet (docs/siglip.md)")
   source = make_source(c, workdir)
   # read-time rejects: logged with examples, written to <workdir>/skipped.jsonl, checked against max_skip_fraction
   skips = records.SkipReport.for_workdir(workdir, c.data.max_skip_fraction, jax.process_index())

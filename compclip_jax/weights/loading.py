@@ -29,7 +29,7 @@ from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
 from compclip_jax.models.siglip import config as siglip_config
 from compclip_jax.models.siglip.model import SigLIP
 from compclip_jax.models.t5 import T5Config, T5Decoder
-from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, params
+from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, open_clip_siglip, params
 
 FORMATS = files.FORMATS
 COMPCLIP_META = "compclip.json"
@@ -267,11 +267,17 @@ def _save_siglip(model: SigLIP, directory: str, format: str, tokenizer: SiglipTo
                  preprocess: Preprocess | None) -> list[str]:
   """An HF SigLIP directory `transformers.SiglipModel` and `AutoProcessor` load: config.json, model.safetensors
   (fp32), preprocessor_config.json, and with `tokenizer` its files (SigLIP: spiece.model; SigLIP 2: Gemma's
-  tokenizer.model, tokenizer.json when it came with one) and tokenizer config."""
-  if format != "hf":
-    raise InputError(f"format {format!r}: a SigLIP model is written as format='hf' (an HF SiglipModel directory); "
-                     "open_clip/timm SigLIP files are not written yet")
+  tokenizer.model, tokenizer.json when it came with one) and tokenizer config. format='open_clip': an open_clip /
+  timm SigLIP state dict (`directory`: a .safetensors path or a folder) with its open_clip_config.json and the
+  tokenizer's files beside it (weights/open_clip_siglip.py)."""
+  if format not in ("hf", "open_clip"):
+    raise InputError(f"format {format!r}: a SigLIP model is written as format='hf' (an HF SiglipModel directory) or "
+                     "'open_clip' (an open_clip/timm state dict)")
   cfg = model.cfg
+  if format == "open_clip":
+    target = directory if directory.endswith(".safetensors") else os.path.join(directory, OPEN_CLIP_FILES[0])
+    written = open_clip_siglip.write(cfg, params.flat_params(model), target)
+    return written + (tokenizer.write_files(os.path.dirname(os.path.abspath(target))) if tokenizer else [])
   written = [os.path.join(directory, f) for f in hf.save_siglip_dir(cfg, params.flat_params(model), directory)]
   preprocess = preprocess or Preprocess(size=cfg.vision.image_size, mean=siglip_config.MEAN, std=siglip_config.STD,
                                         squash=True)

@@ -80,7 +80,7 @@ def hf_rules(our_paths: Iterable[str]) -> list[Rule]:
 
 # ---------------------------------------------------------------------------------------------- open_clip map
 # (our suffix(es) under <tower>.encoder.layers.{i}., open_clip suffix under <oc>transformer.resblocks.{i}., transform)
-_OC_TOWER = [
+OPEN_CLIP_BLOCK = [
     (("layer_norm1.scale",), "ln_1.weight", KEEP),
     (("layer_norm1.bias",), "ln_1.bias", KEEP),
     (("self_attn.q_proj.kernel", "self_attn.k_proj.kernel", "self_attn.v_proj.kernel"), "attn.in_proj_weight", FUSED),
@@ -118,7 +118,7 @@ def open_clip_rules(text_layers: int, vision_layers: int) -> list[Rule]:
     for i in range(n):
       rules += [
           Rule(tuple(f"{tower}.encoder.layers.{i}.{s}" for s in ours), f"{oc}transformer.resblocks.{i}.{theirs}", t)
-          for ours, theirs, t in _OC_TOWER
+          for ours, theirs, t in OPEN_CLIP_BLOCK
       ]
   return rules
 

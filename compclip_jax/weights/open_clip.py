@@ -19,7 +19,7 @@ import numpy as np
 
 from compclip_jax.errors import UserError
 from compclip_jax.models import clip_config
-from compclip_jax.weights import files, maps
+from compclip_jax.weights import files, maps, open_clip_siglip
 
 # Non-learned entries of OpenAI / open_clip state dicts.
 IGNORED = (r"input_resolution", r"context_length", r"vocab_size", r"attn_mask", r"visual\.attn_mask")
@@ -121,11 +121,17 @@ def _with_act(tower, act):
 
 def read(path: str, model_name: str | None = None,
          activation: str | None = None) -> tuple[clip_config.CLIPConfig, maps.RawCheckpoint]:
-  """An open_clip `.safetensors/.bin/.pt` (optionally wrapped: `state_dict`, `module.`) → (config, tensors + map)."""
+  """An open_clip `.safetensors/.bin/.pt` (optionally wrapped: `state_dict`, `module.`) → (config, tensors + map); a
+  SigLIP one (open_clip_siglip.py) → (SiglipConfig, …)."""
   sd = files.strip_wrapper_prefix(files.read_state_dict(path))
   if any(k.startswith(("text_model.", "vision_model.")) for k in sd):
     raise ValueError(f"{path} holds transformers (HF) CLIP weights: pass the directory that contains it and its "
                      "config.json instead")
+  if open_clip_siglip.is_siglip_state_dict(sd):  # a timm SigLIP trunk: heads and activations from its config / name
+    if activation:
+      raise UserError(f"{path}: an open_clip SigLIP's activations are read from its open_clip_config.json or model "
+                      "name, not given (drop activation= / --activation)")
+    return open_clip_siglip.read(path, sd, model_name)
   cfg = resolve_config(path, sd, model_name, activation)
   rules = lambda _: maps.open_clip_rules(cfg.text.layers, cfg.vision.layers)
   return cfg, maps.RawCheckpoint(path, sd, rules, IGNORED,
