@@ -65,6 +65,8 @@ def eval_image(rec: dict, size: int, premultiplied_alpha: bool = True, squash: b
   whole image → size × size (SigLIP). uint8. `premultiplied_alpha`: see `ImageOptions.alpha_premultiplied_resize`
   (a prepared image is already resized)."""
   if "full" in rec:
+    if squash:  # the trainer refuses such a source first (train/trainer.py `_check_prepared`)
+      raise ValueError(f"record {rec.get('id')}: a prepared image is a centre crop; a SigLIP needs the whole image")
     return decode_rgb(rec["full"])
   return Preprocess(size, squash=squash).resize_crop(rec["image"], premultiplied_alpha)
 

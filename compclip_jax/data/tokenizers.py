@@ -232,8 +232,8 @@ class SiglipTokenizer:
     return os.path.exists(os.path.join(directory, "spiece.model"))
 
   def with_cleaning(self, clean: bool) -> "SiglipTokenizer":
-    """Itself: open_clip's ftfy / html cleaning (`CLIPTokenizer.with_cleaning`, `data.clean_text`) is no part of
-    SigLIP's pipeline, which canonicalises the text its own way (`canonical`)."""
+    """Itself: ftfy / html cleaning (`data.clean_text`) is not applied — transformers' and big_vision's SigLIP
+    tokenizers only canonicalise (`canonical`), which this one equals; open_clip's also cleans first."""
     del clean
     return self
 

@@ -362,4 +362,4 @@ def export(c, workdir: str, model: Model, trainable) -> None:
     logging.info("exported HF %s: %s", kind, os.path.dirname(written[0]))
   if c.export.open_clip:
     loading.save_clip(clip, os.path.join(workdir, "export", "open_clip", "model.safetensors"), "open_clip",
-                      preprocess=pre)
+                      preprocess=pre, tokenizer=None if isinstance(clip, CLIP) else model.tokenizer)

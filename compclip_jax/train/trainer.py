@@ -134,12 +134,13 @@ def _check_prepared_alpha(c, meta: dict, kinds) -> None:
 
 
 def _check_prepared(c, method: Method, source, size: int, squash: bool = False) -> None:
+  prepared = isinstance(source, PreparedSource) or getattr(source, "prepared", False)  # also `prepare --format=tfds`
+  if squash and prepared:
+    raise ConfigError(f"{c.data.path or c.data.tfds_name}: prepared images are CLIP's resize + centre crop, but this "
+                      "model (SigLIP) resizes the whole image to a square; train it on the unprepared source (CSV, "
+                      "COCO JSON or a TFDS dataset that `prepare` did not write)")
   if not isinstance(source, PreparedSource):
     return
-  if squash:
-    raise ConfigError(f"{c.data.path}: prepared images are CLIP's resize + centre crop, but this model (SigLIP) "
-                      "resizes the whole image to a square; train it on the source itself (data.source=csv, coco or "
-                      "tfds)")
   if source.image_size != size:
     raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
                       f"python -m compclip_jax.prepare with --image_size={size}")

@@ -63,6 +63,7 @@ OPEN_CLIP_NAMES = {
     **{n: (t, 12 if n.startswith("ViT-B") else 16, "gelu") for n, t in _V1.items()},
     **{n: (t, 12 if n.startswith("ViT-B") else 16, "gelu_pytorch_tanh") for n, t in _V2.items()}
 }
+_TIMM_ACTS = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}  # timm's act_layer names → ours
 TRUNK = "visual.trunk."
 _POOL_Q, _POOL_KV, _POOL_FUSED = TRUNK + "attn_pool.q.", TRUNK + "attn_pool.kv.", TRUNK + "attn_pool.in_proj_"
 
@@ -189,7 +190,7 @@ def _facts(path: str, model_name: str | None) -> dict:
         text_act="gelu_pytorch_tanh" if (t.get("act_kwargs") or {}).get("approximate") == "tanh" else "gelu",
         text_eps=float((t.get("norm_kwargs") or {}).get("eps", 1e-5)),  # open_clip's LayerNorm default
         vision_heads=kwargs.get("num_heads", known[0] if known else 0),
-        vision_act=known[1] if known else "gelu",  # timm's default
+        vision_act=_TIMM_ACTS.get(kwargs.get("act_layer"), known[1] if known else "gelu"),  # timm's default
         image_size=int(v["image_size"]))
   except (KeyError, TypeError, ValueError) as e:
     raise SiglipArchitectureUnknown(f"{side}: not an open_clip SigLIP config ({e})") from None
@@ -228,8 +229,10 @@ def _trunk_name(cfg: sc.SiglipConfig) -> str | None:
 
 
 def open_clip_config(cfg: sc.SiglipConfig) -> dict:
-  """`open_clip_config.json` for an export: open_clip's own keys where a timm trunk definition is this vision tower;
-  else (a size timm has no name for) `timm_trunk_kwargs` beside them, this code's key, which open_clip ignores."""
+  """`open_clip_config.json` for an export: open_clip's own keys where a timm trunk definition has this vision tower's
+  shape; else (a size timm has no name for) `timm_trunk_kwargs` beside them — this code's key, which open_clip does
+  not read: such a file loads here (the tests' tiny models), not in open_clip. No tokenizer name is recorded (this
+  code does not know it): with open_clip, pass the model's SigLIP tokenizer."""
   t, v = cfg.text, cfg.vision
   trunk = _trunk_name(cfg)
   text_cfg = {
@@ -250,20 +253,26 @@ def open_clip_config(cfg: sc.SiglipConfig) -> dict:
   if trunk is None:
     out["timm_trunk_kwargs"] = {
         "img_size": v.image_size, "patch_size": v.patch_size, "embed_dim": v.width, "depth": v.layers,
-        "num_heads": v.heads, "mlp_ratio": v.mlp_dim / v.width
+        "num_heads": v.heads, "mlp_ratio": v.mlp_dim / v.width,
+        "act_layer": {ours: theirs for theirs, ours in _TIMM_ACTS.items()}[v.act]
     }
   return out
 
 
+def activation_mismatch(cfg: sc.SiglipConfig) -> str | None:
+  """What open_clip will compute otherwise than this model (its timm trunk's GELU), or None."""
+  trunk = _trunk_name(cfg)
+  if trunk is None or TIMM_TRUNKS[trunk][1] == cfg.vision.act:
+    return None
+  return (f"open_clip builds this vision tower (timm {trunk}) with {TIMM_TRUNKS[trunk][1]}, this model computes "
+          f"{cfg.vision.act}: its image embeddings there differ slightly from ours (format='hf' keeps the activation)")
+
+
 def write(cfg: sc.SiglipConfig, flat: dict[str, np.ndarray], target: str) -> list[str]:
   """The open_clip SigLIP state dict (fp32 safetensors) at `target` and its open_clip_config.json beside it."""
-  trunk = _trunk_name(cfg)
-  timm_act = TIMM_TRUNKS[trunk][1] if trunk else "gelu"
-  if cfg.vision.act != timm_act:  # open_clip's own SigLIP files are such: big_vision's weights, run with exact GELU
-    logging.warning(
-        "%s: open_clip builds this vision tower (timm %s) with %s, this model computes %s: its image embeddings "
-        "there differ slightly from ours (format='hf' keeps the activation)", target, trunk or "kwargs", timm_act,
-        cfg.vision.act)
+  mismatch = activation_mismatch(cfg)
+  if mismatch:  # open_clip's own SigLIP files are such: big_vision's weights, run with exact GELU
+    logging.warning("%s: %s", target, mismatch)
   sd = split_pool(
       maps.export_params({k: np.asarray(v, np.float32) for k, v in flat.items()},
                          rules(cfg.text.layers, cfg.vision.layers)))

@@ -129,3 +129,18 @@ def test_what_a_siglip_run_cannot_do_is_one_line_before_training(tmp_path):
   c.siglip.negatives = "rows"
   with pytest.raises(UserError, match="siglip.negatives 'rows'"):
     train.run(c, str(tmp_path / "b"))
+
+
+def test_prepared_crops_are_refused_for_a_siglip_whatever_their_source():
+  """`prepare`'s images are CLIP's centre crops, in its folder or its `--format=tfds` dataset (a TfdsSource whose
+  `prepared` is True): a SigLIP resizes the whole image, so either is one line, and a sample never uses one."""
+  from compclip_jax.data import samples
+
+  class PreparedTfds:  # what data/tfds_source.py gives for a dataset `prepare --format=tfds` wrote
+    prepared = True
+
+  with pytest.raises(UserError, match="prepared images are CLIP's resize"):
+    trainer._check_prepared(_cfg("clic"), methods.get("clic"), PreparedTfds(), 32, squash=True)  # pylint: disable=protected-access
+  trainer._check_prepared(_cfg("clic"), methods.get("clic"), PreparedTfds(), 32, squash=False)  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="a prepared image is a centre crop"):
+    samples.eval_image({"id": 7, "full": b""}, 32, squash=True)
