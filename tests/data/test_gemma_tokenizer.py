@@ -83,16 +83,15 @@ def test_text_is_lower_cased_and_cleaning_changes_nothing(gemma):
   ours, _, _ = gemma
   raw = ["A Red CUBE", "tom &amp; jerry", "“Curly” cafÃ©", "ÉCOLE"]
   np.testing.assert_array_equal(ours(raw), ours([t.lower() for t in raw]))
-  assert ours.with_cleaning(True) is ours and ours.with_cleaning(False) is ours  # open_clip's cleaning is CLIP's
-  np.testing.assert_array_equal(ours.with_cleaning(False)(raw), ours.with_cleaning(True)(raw))
+  # data.clean_text (ftfy / html) is CLIP's: the Gemma tokenizer stays as transformers' is
+  assert ours.with_cleaning(True) is ours and ours.with_cleaning(False) is ours
 
 
 def test_siglip_tokenizer_with_cleaning_gives_the_same_ids(tmp_path, benchmarks_dir):
   tok = SiglipTokenizer(_siglip_spiece(tmp_path, _captions(benchmarks_dir)[::50]))
   raw = ["tom &amp; jerry", "“Curly” ‘quotes’", "cafÃ© crÃ¨me", "A Photo!"]
-  np.testing.assert_array_equal(tok.with_cleaning(True)(raw), tok(raw))
-  np.testing.assert_array_equal(tok.with_cleaning(False)(raw), tok(raw))
-  assert tok.with_cleaning(False) is tok
+  assert tok.with_cleaning(True) is tok and tok.with_cleaning(False) is tok  # as transformers' (no ftfy / html)
+  assert tok(raw)[0].tolist() == tok(["tom amp jerry"])[0].tolist()  # "&amp;" stays text, canonicalised
 
 
 def test_pickling_rebuilds_the_same_tokenizer(gemma):
