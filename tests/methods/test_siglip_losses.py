@@ -1,6 +1,6 @@
 """The methods' terms on a sigmoid family (docs/siglip.md, "Methods on SigLIP"), each against a hand computation in
-numpy written from the label matrices the docs describe — pair by pair, no shared code — plus the switches: the
-softmax forms on a SigLIP are the CLIP forms exactly, and a CLIP never takes a sigmoid form."""
+numpy written from the label matrices the docs describe — pair by pair, no shared code — plus the switch: a SigLIP
+with siglip.contrastive="softmax", and any CLIP, gets no bias (so the CLIP forms, tested in test_losses.py)."""
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
