@@ -332,12 +332,6 @@ class GemmaTokenizer(SiglipTokenizer):
   def __getstate__(self):
     return {"tokenizer_model": self.path, "context_length": self.context_length, "lower": self.lower}
 
-  def with_cleaning(self, clean: bool) -> "GemmaTokenizer":
-    """Itself: open_clip's ftfy / html cleaning (`CLIPTokenizer.with_cleaning`, `data.clean_text`) is no part of
-    SigLIP 2's pipelines (big_vision and transformers lower-case the raw text and nothing else)."""
-    del clean
-    return self
-
   @classmethod
   def from_dir(cls, directory: str, context_length: int = 64) -> "GemmaTokenizer":
     """`tokenizer.model`; `tokenizer_config.json` is only checked: a config asking transformers for a BOS or for no
