@@ -1,4 +1,5 @@
-"""Plain CLIP fine-tuning with the symmetric InfoNCE loss (the CLIP step of METHODS §1.4 on its own)."""
+"""Plain contrastive fine-tuning: the symmetric InfoNCE loss on a CLIP (the CLIP step of METHODS §1.4 on its own), and
+on a SigLIP its own sigmoid loss (or InfoNCE with `siglip.contrastive="softmax"`; docs/siglip.md)."""
 from compclip_jax.methods import clip
 from compclip_jax.train import config
 

@@ -1,8 +1,9 @@
 """Benchmarks (medians of repeated runs; baselines run alternately in the same process).
 
   python -m compclip_jax.bench load [--model_dir=DIR] [--runs=5]
-      Time to load a ViT-B/32 HF safetensors checkpoint with `load_clip`, against
-      `transformers.CLIPModel.from_pretrained`. Without --model_dir a random-init ViT-B/32 is written to a temp dir.
+      Time to load an HF safetensors checkpoint (CLIP or SigLIP) with `load_clip`, against transformers'
+      `AutoModel.from_pretrained` (CLIPModel / SiglipModel). Without --model_dir a random-init ViT-B/32 CLIP is
+      written to a temp dir.
   python -m compclip_jax.bench encode [--model_dir=DIR] [--batch=64] [--runs=5]
       Captions/s and images/s encoded (jitted, fp32) against transformers in PyTorch on the same inputs.
   python -m compclip_jax.bench pipeline [--records=400] [--runs=5]
@@ -37,7 +38,7 @@ from ml_collections import config_flags
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import config_files, host_memory
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP directory (default: a random-init ViT-B/32).")
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP or SigLIP directory (default: a random-init ViT-B/32).")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size for `encode`.")
 _RECORDS = flags.DEFINE_integer("records", 400, "Records generated for `pipeline`.")
@@ -81,8 +82,8 @@ def bench_load(model_dir: str, runs: int) -> None:
     jax.block_until_ready(jax.tree.leaves(model))
 
   jax.block_until_ready(jax.device_put(np.zeros(1)))  # backend start-up, not part of a load
-  ref = lambda: transformers.CLIPModel.from_pretrained(model_dir)
-  ref()  # warms the page cache (and torch)
+  ref = lambda: transformers.AutoModel.from_pretrained(model_dir)  # CLIPModel or SiglipModel, by its config
+  name = type(ref()).__name__  # (and warms the page cache, and torch)
   first = _median_time(ours, 1)
   t_ours, t_ref, c_ours, c_ref = [], [], [], []
   for _ in range(runs):  # alternate, so machine noise hits both alike
@@ -91,9 +92,9 @@ def bench_load(model_dir: str, runs: int) -> None:
       wall.append(_median_time(fn, 1))
       cpu.append(time.process_time() - c0)
   mo, mr = statistics.median(t_ours), statistics.median(t_ref)
-  print(f"load ViT-B/32 safetensors ({model_dir}), median of {runs} alternated: compclip_jax.load_clip {mo:.2f} s "
+  print(f"load safetensors ({model_dir}), median of {runs} alternated: compclip_jax.load_clip {mo:.2f} s "
         f"(CPU {statistics.median(c_ours):.2f} s; first load in the process {first:.2f} s) | transformers "
-        f"CLIPModel.from_pretrained {mr:.2f} s (CPU {statistics.median(c_ref):.2f} s) | ratio {mr / mo:.2f}×")
+        f"{name}.from_pretrained {mr:.2f} s (CPU {statistics.median(c_ref):.2f} s) | ratio {mr / mo:.2f}×")
 
 
 def bench_encode(model_dir: str, batch: int, runs: int) -> None:
@@ -109,7 +110,7 @@ def bench_encode(model_dir: str, batch: int, runs: int) -> None:
                                                 np.float32)
   enc_t = nnx.jit(lambda m, x: m.encode_text(x, normalize=True))
   enc_i = nnx.jit(lambda m, x: m.encode_image(x, normalize=True))
-  ref = transformers.CLIPModel.from_pretrained(model_dir).eval()
+  ref = transformers.AutoModel.from_pretrained(model_dir).eval()  # CLIPModel or SiglipModel, by its config
   ids_t, px_t = torch.as_tensor(ids, dtype=torch.long), torch.as_tensor(px.transpose(0, 3, 1, 2))
   jax.block_until_ready(enc_t(model, ids))
   jax.block_until_ready(enc_i(model, px))
@@ -127,7 +128,8 @@ def bench_encode(model_dir: str, batch: int, runs: int) -> None:
     mo, mr = statistics.median(t_o), statistics.median(t_r)
     rows.append(f"{name}/s: compclip_jax {batch / mo:,.1f} | transformers (torch {torch.__version__}) "
                 f"{batch / mr:,.1f} | ratio {mr / mo:.2f}×")
-  print(f"encode ViT-B/32 fp32, batch {batch}, median of {runs} (threads: torch {torch.get_num_threads()}):")
+  print(f"encode ({type(model).__name__} {model.cfg.vision.image_size} px) fp32, batch {batch}, median of {runs} "
+        f"(threads: torch {torch.get_num_threads()}):")
   print("\n".join("  " + r for r in rows))
 
 

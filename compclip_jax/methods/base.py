@@ -233,3 +233,9 @@ def logit_bias(clip: CLIP, c: ml_collections.ConfigDict) -> jax.Array | None:
   `siglip.contrastive="softmax"` (its scale; the bias cancels in every softmax). docs/siglip.md."""
   bias = clip.logit_bias_value()
   return bias if bias is not None and c.siglip.contrastive == "sigmoid" else None
+
+
+def negatives_form(c: ml_collections.ConfigDict) -> str:
+  """`siglip.negatives` (how a sigmoid form takes the swap negatives), or its default "columns" for a hand-built
+  config without a siglip section: a CLIP's losses never read it."""
+  return c.siglip.negatives if "siglip" in c else "columns"

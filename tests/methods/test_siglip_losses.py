@@ -125,6 +125,47 @@ def test_clic_pair_softmax_is_the_references_s_neg_whatever_the_bias(data):
     np.testing.assert_allclose(float(got["clic/sneg"]), hand, rtol=1e-5)
 
 
+def _pair_softmax_hand(img, pos, negs, valid):
+  """Mean over the valid (b, k) of −log softmax([s·<i_b, pos_b>, s·<i_b, neg_kb>])[0], by loops (the bias cancels)."""
+  terms = [
+      np.log1p(np.exp(SCALE * img[b] @ negs[k][b] - SCALE * img[b] @ pos[b])) for b in range(len(img))
+      for k in range(len(negs)) if valid[b, k]
+  ]
+  return np.mean(terms)
+
+
+def test_negclip_pair_softmax_sigmoid_positives_plus_the_pair_softmax(data):
+  img, txt, valid = data
+  loss, m = negclip_losses.negclip_loss(jnp.asarray(img), jnp.asarray(txt[:2 * B]), jnp.asarray(valid),
+                                        jnp.float32(SCALE), jnp.float32(BIAS), "pair_softmax")
+  positives = _sigmoid_matrix_loss(img, txt[:B], lambda b, j: b == j, lambda b, j: True)  # SigLIP's own, B × B
+  pairs = _pair_softmax_hand(img, txt[:B], [txt[B:2 * B]], valid[:, None])
+  np.testing.assert_allclose(float(m["con/sigmoid"]), positives, rtol=1e-5)
+  np.testing.assert_allclose(float(m["con/negatives"]), pairs, rtol=1e-5)
+  np.testing.assert_allclose(float(loss), positives + pairs, rtol=1e-5)
+
+
+def test_read_pair_softmax_each_of_the_three_negatives_against_its_own_positive(data):
+  img, txt, _ = data
+  rng = np.random.default_rng(2)
+  neg_valid = rng.random((B, 3)) > 0.3
+  para = _unit(rng, B)
+  logits, targets = rng.normal(size=(B, 4, 11)).astype(np.float32), rng.integers(1, 11, (B, 4))
+  args = (jnp.asarray(img), jnp.asarray(txt[:4 * B]), jnp.asarray(neg_valid), jnp.asarray(para), jnp.asarray(logits),
+          jnp.asarray(targets), jnp.float32(SCALE))
+  _, m = read_losses.read_loss(*args, bias=jnp.float32(BIAS), negatives="pair_softmax")
+  _, m2 = read_losses.read_loss(*args, bias=jnp.float32(4.0), negatives="pair_softmax")
+  positives = _sigmoid_matrix_loss(img, txt[:B], lambda b, j: b == j, lambda b, j: True)
+  negs = [txt[(1 + k) * B:(2 + k) * B] for k in range(3)]
+  np.testing.assert_allclose(float(m["read/con"]), positives + _pair_softmax_hand(img, txt[:B], negs, neg_valid),
+                             rtol=1e-5)
+  # another bias moves the sigmoid positives only: the pair term is the same whatever the bias
+  positives4 = sum(
+      _nls((1 if b == j else -1) * (SCALE * float(img[b] @ txt[j]) + 4.0)) for b in range(B) for j in range(B)) / B
+  np.testing.assert_allclose(float(m2["read/con"]), positives4 + _pair_softmax_hand(img, txt[:B], negs, neg_valid),
+                             rtol=1e-5)
+
+
 def test_an_unknown_negative_form_is_refused(data):
   img, txt, valid = data
   with pytest.raises(ValueError, match="siglip.negatives 'rows'"):
@@ -142,6 +183,8 @@ def test_the_switch_softmax_gives_the_clip_forms_and_a_clip_never_takes_a_bias()
   assert float(base.logit_bias(sig, _c())) == pytest.approx(-10.0)  # from scratch: b = −10 (SigLIP paper)
   assert base.logit_bias(sig, _c(contrastive="softmax")) is None
   assert base.logit_bias(clip, _c()) is None
+  assert base.negatives_form(ml_collections.ConfigDict({})) == "columns"  # a hand-built CLIP config: no section
+  assert base.negatives_form(_c(negatives="pair_softmax")) == "pair_softmax"
   assert float(base.logit_scale(sig)) == pytest.approx(10.0)  # exp(log 10), the [1]-shaped parameter read as []
 
 

@@ -144,3 +144,20 @@ def test_prepared_crops_are_refused_for_a_siglip_whatever_their_source():
   trainer._check_prepared(_cfg("clic"), methods.get("clic"), PreparedTfds(), 32, squash=False)  # pylint: disable=protected-access
   with pytest.raises(ValueError, match="a prepared image is a centre crop"):
     samples.eval_image({"id": 7, "full": b""}, 32, squash=True)
+
+
+def test_the_softmax_switch_trains_the_clip_forms_and_leaves_the_bias_untouched(tmp_path):
+  """`siglip.contrastive="softmax"`: every term is the reference's softmax form, in which a bias added to every
+  logit cancels, so the bias gets no gradient (it is in no_decay: it stays at −10 to the bit) while the text side
+  trains; the run logs the CLIP step's InfoNCE terms, not a sigmoid."""
+  c = _cfg("clic", **{"siglip.contrastive": "softmax"})
+  last = train.run(c, str(tmp_path))
+  assert np.isfinite(last["loss"])
+  ours, _, _ = loading.load_clip(str(tmp_path / "export" / "hf"))
+  assert np.asarray(ours.logit_bias[...]).tolist() == [-10.0]
+  init = state.build_model(_cfg("clic"), methods.get("clic")).flat
+  assert not np.array_equal(np.asarray(ours.text_model.head.kernel[...]), np.asarray(init["text_model.head.kernel"]))
+  import json
+  with open(tmp_path / "metrics.jsonl") as f:
+    logged = set().union(*(json.loads(line) for line in f))
+  assert "clic/cont" in logged and "clip/sigmoid" not in logged

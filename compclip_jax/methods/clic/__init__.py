@@ -67,7 +67,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   del rng
   img, txt, scale = encode(model, batch, norm)
   return losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg, c.clic.w_uni,
-                          base.logit_bias(clip_of(model), c), c.siglip.negatives)
+                          base.logit_bias(clip_of(model), c), base.negatives_form(c))
 
 
 STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner,

@@ -54,7 +54,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   scale = base.logit_scale(clip)
   b = img.shape[0]
   l_clic, metrics = clic_losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg,
-                                          c.clic.w_uni, base.logit_bias(clip, c), c.siglip.negatives)
+                                          c.clic.w_uni, base.logit_bias(clip, c), base.negatives_form(c))
   # p1 sample-major, as READ's step reads it (methods/read: no gather of the set-major rows)
   dec_logits = read.reconstruction_logits(model, by_sample[:, 0], batch["t5_target"], rng, c)
   l_rec = read_losses.token_reconstruction(dec_logits, batch["t5_target"])

@@ -57,7 +57,7 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   img = base.image_embeddings(clip, batch, norm)
   txt = base.per_set(lambda ids: clip.encode_text(ids, normalize=True), batch["ids"])  # [2B, D]
   return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip), base.logit_bias(clip, c),
-                             c.siglip.negatives)
+                             base.negatives_form(c))
 
 
 STEP = base.StepKind("negclip", sample, loss, options=options, layout=base.Layout(texts=2, negatives=()))

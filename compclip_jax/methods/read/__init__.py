@@ -63,7 +63,7 @@ def loss(read_model, batch: dict, rng, norm: tuple, c) -> tuple:
   r = c.read
   return losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"], base.logit_scale(clip),
                           r.w_rec, r.w_align, r.align_direction, w_con=r.w_con, bias=base.logit_bias(clip, c),
-                          negatives=c.siglip.negatives)
+                          negatives=base.negatives_form(c))
 
 
 def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
