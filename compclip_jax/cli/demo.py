@@ -3,6 +3,7 @@
   python -m compclip_jax.demo --method=clic --workdir=runs/demo      # also read, negclip, clip, clic_read
   python -m compclip_jax.demo --workdir=runs/sweep --seeds=0,1,2     # every method and control × 3 seeds
   python -m compclip_jax.demo --diagnose --workdir=runs/diagnose     # what the starting point's embeddings carry
+  python -m compclip_jax.demo --family=siglip --method=clic --workdir=runs/demo_siglip   # on a tiny SigLIP
 
 `--config.KEY=VALUE` overrides the fine-tuning config (configs/<method>.py:demo); each `DemoOptions` field is a flag.
 """
@@ -17,9 +18,11 @@ from absl import flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import host_memory
+from compclip_jax.demo import pretrain
 from compclip_jax.demo import run as demo
 from compclip_jax.demo import diagnose as diagnostics
 from compclip_jax.demo import shipped
+from compclip_jax.train import state
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the world, runs and reports go.", required=True)
 _METHOD = flags.DEFINE_string("method", None, "One demo: clic, read, negclip, clip, clic_read (or clip_all); "
@@ -37,8 +40,9 @@ _PRETRAIN = flags.DEFINE_string(
     "pretrain", None, "Instead: pretrain the demo's starting point from scratch in --workdir (seed --seed; the "
     "DemoOptions flags) and write it to this folder in the layout of compclip_jax/assets/demo_pretrained.")
 _DIAGNOSE = flags.DEFINE_string(
-    "diagnose", None, "Instead: the probes and bag-of-words gap of a CLIP (alone or 'shipped': the shipped model; "
-    "or an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's held-out scenes.")
+    "diagnose", None, "Instead: the probes and bag-of-words gap of a CLIP or SigLIP (alone or 'shipped': the "
+    "shipped model of --family; or an HF directory, e.g. <workdir>/pretrained/text/export/hf) on seed --seed's "
+    "held-out scenes.")
 _NEGATIVE_KINDS = flags.DEFINE_bool(
     "negative_kinds", False, "Instead: what CLIC's hard negatives trade on <workdir>/world's first sentences (the "
     "exact distribution, by kind of word), the swap-twin rate and the caption lengths (issue 31's rules 1–3).")
@@ -48,7 +52,7 @@ _ALLOW = flags.DEFINE_list(
 _DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
 _OPTIONS = {
     f.name: _DEFINE[type(f.default)](f.name, f.default, f"DemoOptions.{f.name}")
-    for f in dataclasses.fields(demo.DemoOptions)
+    for f in dataclasses.fields(pretrain.DemoOptions)
 }
 
 
@@ -87,7 +91,7 @@ def _diagnose(target: str, checked, workdir: str, seed: int) -> None:
   diagnostics.diagnose(clip_dir, workdir, seed)
 
 
-def _option_problems(opts: demo.DemoOptions) -> list[str]:
+def _option_problems(opts: pretrain.DemoOptions) -> list[str]:
   """The DemoOptions values that make no sense: a pretraining batch, step count or learning rate ≤ 0 (or NaN), a
   bag_noise that is no probability, a negative collage_negatives weight."""
   out = [
@@ -98,12 +102,17 @@ def _option_problems(opts: demo.DemoOptions) -> list[str]:
     out.append(f"--bag_noise={opts.bag_noise}: a probability, in [0, 1]")
   if not opts.collage_negatives >= 0:
     out.append(f"--collage_negatives={opts.collage_negatives}: a loss weight, ≥ 0")
+  if opts.family not in shipped.FAMILIES:
+    out.append(f"--family={opts.family}: use one of {', '.join(shipped.FAMILIES)}")
+  elif (pretrain.random_model(opts) in state.SIGLIP_SIZES) != (opts.family == "siglip"):
+    out.append(f"--model={opts.model} is not of --family={opts.family}: a SigLIP size ("
+               f"{', '.join(state.SIGLIP_SIZES)}) goes with --family=siglip, any other with --family=clip")
   return out
 
 
 def main(argv: list[str], overrides: list[str]) -> None:
   cli.refuse_arguments(argv)
-  opts = demo.DemoOptions(**{name: flag.value for name, flag in _OPTIONS.items()})
+  opts = pretrain.DemoOptions(**{name: flag.value for name, flag in _OPTIONS.items()})
   if _option_problems(opts):
     raise cli.UserError("; ".join(_option_problems(opts)))
   workdir, seed = _WORKDIR.value, _SEED.value
@@ -114,14 +123,14 @@ def main(argv: list[str], overrides: list[str]) -> None:
   checked = None  # the shipped (CLIP, T5) directories, once their hashes are checked
   if _DIAGNOSE.value == "shipped" or not (_DIAGNOSE.value or _PRETRAIN.value or opts.from_scratch):
     try:  # a changed or missing shipped model: say which file and what to do, exit 2
-      checked = shipped.check()
+      checked = shipped.check(shipped.root(opts.family))
     except (ValueError, FileNotFoundError) as e:
       raise cli.UserError(str(e)) from e
   if _DIAGNOSE.value:
     return _diagnose(_DIAGNOSE.value, checked, workdir, seed)
   if _PRETRAIN.value:
     c = _config("clic", seed, overrides)
-    demo.write_pretrained(c, workdir, _PRETRAIN.value, dataclasses.replace(opts, from_scratch=True))
+    pretrain.write_pretrained(c, workdir, _PRETRAIN.value, dataclasses.replace(opts, from_scratch=True))
     return None
   if _METHOD.value:
     c = _config(_METHOD.value, seed, overrides)

@@ -61,14 +61,16 @@ def clip_factory(c: ml_collections.ConfigDict):
 
 
 SIGLIP_RANDOM = "siglip_tiny"  # model.random: a tiny random SigLIP (:runlocal smoke runs of the SigLIP family)
+SIGLIP_SIZES = {SIGLIP_RANDOM: siglip_config.tiny, "siglip_demo": siglip_config.demo}  # the demo's: --family=siglip
 
 
 def _random_model(c: ml_collections.ConfigDict):
-  """(config, tokenizer, preprocess) of model.random: "tiny" / "demo" / a named CLIP size, or "siglip_tiny" — a
-  tiny SigLIP whose SentencePiece tokenizer is the bundled one (compclip_jax/assets), no download."""
-  if c.model.random == SIGLIP_RANDOM:
-    tok = SiglipTokenizer(assets.SYNTHETIC_T5_SPIECE, siglip_config.tiny().text.context_length)
-    cfg = siglip_config.tiny()
+  """(config, tokenizer, preprocess) of model.random: "tiny" / "demo" / a named CLIP size, or "siglip_tiny" /
+  "siglip_demo" — a small SigLIP whose SentencePiece tokenizer is the bundled one (compclip_jax/assets), no
+  download."""
+  if c.model.random in SIGLIP_SIZES:
+    cfg = SIGLIP_SIZES[c.model.random]()
+    tok = SiglipTokenizer(assets.SYNTHETIC_T5_SPIECE, cfg.text.context_length)
     cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text,
                                                             vocab_size=max(cfg.text.vocab_size, tok.vocab_size)))
     cfg = dataclasses.replace(cfg, vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))

@@ -35,8 +35,8 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 def _model_problems(m) -> list[str]:
   errors = []
   if not m.init and not m.random:
-    errors.append("model.init (a path load_clip reads) or model.random ('tiny', 'demo', 'siglip_tiny' or an "
-                  "open_clip name) is required")
+    errors.append("model.init (a path load_clip reads) or model.random ('tiny', 'demo', 'siglip_tiny', "
+                  "'siglip_demo' or an open_clip name) is required")
   if m.init and not os.path.exists(m.init):
     errors.append(f"model.init {m.init} does not exist")
   elif m.init and os.path.exists(os.path.join(m.init, "run.json")):  # its config.json would pass for an HF model's
@@ -48,10 +48,10 @@ def _model_problems(m) -> list[str]:
       loading.detect_format(m.init)
     except ValueError as e:
       errors.append(f"model.init {e}")
-  if m.random and m.random not in ("tiny", "demo", state.SIGLIP_RANDOM) and \
+  if m.random and m.random not in ("tiny", "demo", *state.SIGLIP_SIZES) and \
       m.random.removesuffix("-quickgelu") not in clip_config.OPEN_CLIP_MODELS:
-    errors.append(f"model.random {m.random!r}: use 'tiny', 'demo', '{state.SIGLIP_RANDOM}' or one of "
-                  f"{sorted(clip_config.OPEN_CLIP_MODELS)}")
+    errors.append(f"model.random {m.random!r}: use 'tiny', 'demo', {', '.join(map(repr, state.SIGLIP_SIZES))} or "
+                  f"one of {sorted(clip_config.OPEN_CLIP_MODELS)}")
   for name in ("frozen_dtype", "compute_dtype", "text_compute_dtype", "vision_compute_dtype"):
     if m[name] not in DTYPE_NAMES and not (name.endswith("_compute_dtype") and m[name] == ""):
       errors.append(f"model.{name} {m[name]!r}: use one of {DTYPE_NAMES}")

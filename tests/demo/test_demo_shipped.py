@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from compclip_jax.demo import diagnose as diagnostics
+from compclip_jax.demo import pretrain
 from compclip_jax.demo import run as demo
 from compclip_jax.demo import shipped as demo_shipped
 from compclip_jax.weights import loading
@@ -32,7 +33,7 @@ def test_shipped_files_match_their_recorded_hashes_and_nothing_else_is_there():
     assert hashlib.sha256(open(os.path.join(demo_shipped.SHIPPED, rel), "rb").read()).hexdigest() == digest
   # how it was made: the command, its seed and stage options, the world
   assert record["command"].startswith(demo_shipped.REGENERATE) and record["seed"] == 0
-  assert set(record["options"]) == {f for f in demo.DemoOptions.__dataclass_fields__}
+  assert set(record["options"]) == {f for f in pretrain.DemoOptions.__dataclass_fields__}
   # pretrained on the world this code writes (its format included): a stale starting point is caught here
   assert record["world"] == synthetic.world_record(demo.demo_config("clic").data.synthetic_size, 0)
 
@@ -49,7 +50,7 @@ def test_shipped_models_load_and_are_the_demo_starting_point(tmp_path):
   stored = files.read_safetensors(os.path.join(clip_dir, "model.safetensors"))
   assert {v.dtype for v in stored.values()} == {np.dtype(np.float16)}  # shipped in fp16, trained in fp32
   c = demo.demo_config("read")
-  assert demo.starting_point(c, str(tmp_path), demo.DemoOptions()) == (clip_dir, t5_dir)
+  assert pretrain.starting_point(c, str(tmp_path), pretrain.DemoOptions()) == (clip_dir, t5_dir)
   assert not os.listdir(tmp_path)  # nothing pretrained
 
 
@@ -92,7 +93,7 @@ def test_regenerating_the_shipped_model_reproduces_its_diagnostics(tmp_path):
   c = demo.demo_config("clic")
   c.seed = record["seed"]
   out = tmp_path / "out"
-  demo.write_pretrained(c, str(tmp_path / "work"), str(out), demo.DemoOptions(**opts, from_scratch=True))
+  pretrain.write_pretrained(c, str(tmp_path / "work"), str(out), pretrain.DemoOptions(**opts, from_scratch=True))
   got = diagnostics.diagnose(str(out / "clip"), str(tmp_path / "work"), record["seed"])
   want = record["diagnostics"]
   for side in ("image", "text"):

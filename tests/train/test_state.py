@@ -90,7 +90,7 @@ def test_the_demo_model_is_the_tiny_text_tower_with_a_wider_vision_tower_and_joi
   c.model.random = "demo"
   assert trainer._model_problems(c.model) == []  # pylint: disable=protected-access
   c.model.random = "huge"
-  assert "use 'tiny', 'demo', 'siglip_tiny' or one of" in trainer._model_problems(c.model)[0]  # pylint: disable=protected-access
+  assert "use 'tiny', 'demo', 'siglip_tiny', 'siglip_demo' or one of" in trainer._model_problems(c.model)[0]  # pylint: disable=protected-access
   c.model.random = "demo"
   cfg = state.build_model(c, methods.get(c.method), shapes_only=True).clip_cfg
   assert cfg.text == clip_config.tiny().text and cfg.vision.width == 128 and cfg.embed_dim == 128
