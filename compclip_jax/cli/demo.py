@@ -93,7 +93,8 @@ def _diagnose(target: str, checked, workdir: str, seed: int) -> None:
 
 def _option_problems(opts: pretrain.DemoOptions) -> list[str]:
   """The DemoOptions values that make no sense: a pretraining batch, step count or learning rate ≤ 0 (or NaN), a
-  bag_noise that is no probability, a negative collage_negatives weight."""
+  bag_noise that is no probability, a negative collage_negatives weight, an unknown --family or a --model of the
+  other family."""
   out = [
       f"--{f.name}={getattr(opts, f.name)}: must be > 0" for f in dataclasses.fields(opts)
       if f.name.endswith(("_batch", "_steps", "_lr")) and not getattr(opts, f.name) > 0

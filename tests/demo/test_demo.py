@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests import paths
@@ -47,11 +48,40 @@ def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
   assert not (tmp_path / "clip").exists()  # no control was asked for
 
 
+@pytest.mark.slow
+def test_demo_family_siglip_pretrains_and_fine_tunes_a_siglip(tmp_path):
+  """--family=siglip: the same stages on a tiny SigLIP (model.random=siglip_demo), each loss in its sigmoid form; the
+  text stage starts from a fresh text side (SigLIP's b = −10 again) on the binding stage's vision tower, bit for bit."""
+  out = subprocess.run([
+      sys.executable, "-m", "compclip_jax.demo", "--family=siglip", "--method=negclip", "--no_control",
+      f"--workdir={tmp_path}", *TINY
+  ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "| negclip on the synthetic world" in out.stdout and (tmp_path / "report_negclip.md").exists()
+  pretrained = tmp_path / "pretrained"
+  assert json.load(open(pretrained / "collages" / "config.json"))["model"]["random"] == "siglip_demo"
+  for stage in ("collages", "binding", "text"):
+    assert json.load(open(pretrained / stage / "export" / "hf" / "config.json"))["model_type"] == "siglip", stage
+  assert "clic/cont" in open(pretrained / "collages" / "metrics.jsonl").read()
+  from compclip_jax.weights import files
+  binding = files.read_safetensors(str(pretrained / "binding" / "export" / "hf" / "model.safetensors"))
+  fresh = files.read_safetensors(str(pretrained / "text_init" / "model.safetensors"))
+  assert fresh["logit_bias"].tolist() == [-10.0] and binding["logit_bias"].tolist() != [-10.0]
+  vision = [k for k in binding if k.startswith("vision_model.")]
+  assert vision and all(np.array_equal(binding[k], fresh[k]) for k in vision)
+  assert not np.array_equal(binding["text_model.head.weight"], fresh["text_model.head.weight"])
+  ran = json.load(open(tmp_path / "negclip" / "config.json"))
+  assert ran["model"]["init"] == str(pretrained / "text" / "export" / "hf")
+
+
 def test_demo_cli_rejects_bad_overrides_and_main_points_at_it(tmp_path):
   cli = lambda *a: subprocess.run([sys.executable, "-m", "compclip_jax.demo", f"--workdir={tmp_path}", *a], cwd=ROOT,
                                   env=ENV, capture_output=True, text=True, timeout=300)
   for args, says in ((["--method=clic", "--config.no_such_key=1"], "--config.no_such_key: no such config key"),
-                     (["--method=nope"], "no config named 'nope'")):
+                     (["--method=nope"], "no config named 'nope'"), (["--method=clic", "--family=coca"],
+                                                                     "--family=coca: use one of clip, siglip"),
+                     (["--method=clic", "--model=siglip_tiny"], "--model=siglip_tiny is not of --family=clip"),
+                     (["--method=clic", "--family=siglip", "--model=tiny"], "--model=tiny is not of --family=siglip")):
     out = cli(*args)
     assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
   c = demo.demo_config("clip_all")

@@ -1,6 +1,6 @@
-"""The demo's shipped starting point (compclip_jax/assets/demo_pretrained): its files match the SHA-256s its manifest
-records, it loads as the HF CLIP / T5 directories it claims to be, a changed file is refused by name, and the manifest
-says how to make it again. The regeneration itself (about 15 min on 2 cores) is the manual tier
+"""The demo's shipped starting points, one per tower family (compclip_jax/assets/demo_pretrained, …_siglip): their
+files match the SHA-256s their manifest records, they load as the HF CLIP / SiglipModel / T5 directories they claim to
+be, a changed file is refused by name, and the manifest says how to make it again. The regeneration itself (about 15 min on 2 cores) is the manual tier
 (COMPCLIP_MANUAL_TESTS=1): it retrains from scratch and compares the diagnostics with the recorded ones."""
 import json
 import os
@@ -19,38 +19,40 @@ from compclip_jax.data import synthetic
 from compclip_jax.weights import files
 
 
-def test_shipped_files_match_their_recorded_hashes_and_nothing_else_is_there():
-  record = demo_shipped.read_manifest()
-  clip_dir, t5_dir = demo_shipped.check()
-  assert clip_dir == os.path.join(demo_shipped.SHIPPED, "clip") and t5_dir == os.path.join(demo_shipped.SHIPPED, "t5")
-  on_disk = {
-      os.path.relpath(os.path.join(d, f), demo_shipped.SHIPPED) for d, _, fs in os.walk(demo_shipped.SHIPPED)
-      for f in fs
-  }
+@pytest.mark.parametrize("family", demo_shipped.FAMILIES)
+def test_shipped_files_match_their_recorded_hashes_and_nothing_else_is_there(family):
+  root = demo_shipped.root(family)
+  record = demo_shipped.read_manifest(root)
+  clip_dir, t5_dir = demo_shipped.check(root)
+  assert clip_dir == os.path.join(root, "clip") and t5_dir == os.path.join(root, "t5")
+  on_disk = {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
   assert on_disk == set(record["files"]) | {demo_shipped.MANIFEST}
   for rel, digest in record["files"].items():  # hashlib once more, independently of check()
     import hashlib  # pylint: disable=import-outside-toplevel
-    assert hashlib.sha256(open(os.path.join(demo_shipped.SHIPPED, rel), "rb").read()).hexdigest() == digest
+    assert hashlib.sha256(open(os.path.join(root, rel), "rb").read()).hexdigest() == digest
   # how it was made: the command, its seed and stage options, the world
-  assert record["command"].startswith(demo_shipped.REGENERATE) and record["seed"] == 0
+  assert record["command"].startswith(demo_shipped.regenerate(family)) and record["seed"] == 0
   assert set(record["options"]) == {f for f in pretrain.DemoOptions.__dataclass_fields__}
+  assert record["options"]["family"] == family
   # pretrained on the world this code writes (its format included): a stale starting point is caught here
   assert record["world"] == synthetic.world_record(demo.demo_config("clic").data.synthetic_size, 0)
 
 
-def test_shipped_models_load_and_are_the_demo_starting_point(tmp_path):
-  clip_dir, t5_dir = demo_shipped.check()
+@pytest.mark.parametrize("family", demo_shipped.FAMILIES)
+def test_shipped_models_load_and_are_the_demo_starting_point(tmp_path, family):
+  clip_dir, t5_dir = demo_shipped.check(demo_shipped.root(family))
   model, tok, pre = loading.load_clip(clip_dir)
   assert model.cfg.vision.image_size == 64 and model.cfg.text.width == 64 and pre.size == 64
+  assert type(model).__name__ == {"clip": "CLIP", "siglip": "SigLIP"}[family] and pre.squash == (family == "siglip")
   ids = tok(["a red square to the left of a blue circle"])
   emb = np.asarray(model.encode_text(ids, normalize=True))
-  assert emb.shape == (1, model.cfg.embed_dim) and np.isfinite(emb).all()
+  assert emb.shape == (1, 128) and np.isfinite(emb).all()
   t5_cfg, t5_flat, t5_tok = loading.load_t5_decoder_params(t5_dir, tokenizer=SYNTHETIC_T5_SPIECE)
   assert t5_cfg.vocab_size == t5_tok.sp.get_piece_size() and all(np.isfinite(v).all() for v in t5_flat.values())
   stored = files.read_safetensors(os.path.join(clip_dir, "model.safetensors"))
   assert {v.dtype for v in stored.values()} == {np.dtype(np.float16)}  # shipped in fp16, trained in fp32
   c = demo.demo_config("read")
-  assert pretrain.starting_point(c, str(tmp_path), pretrain.DemoOptions()) == (clip_dir, t5_dir)
+  assert pretrain.starting_point(c, str(tmp_path), pretrain.DemoOptions(family=family)) == (clip_dir, t5_dir)
   assert not os.listdir(tmp_path)  # nothing pretrained
 
 
@@ -85,10 +87,11 @@ def test_write_stores_fp16_weights_and_their_hashes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.manual
-def test_regenerating_the_shipped_model_reproduces_its_diagnostics(tmp_path):
+@pytest.mark.parametrize("family", demo_shipped.FAMILIES)
+def test_regenerating_the_shipped_model_reproduces_its_diagnostics(tmp_path, family):
   """Manual tier: the recorded command, from scratch, gives a model with the recorded probes and gaps (±3 points;
   the bytes themselves may differ across machines and XLA versions)."""
-  record = demo_shipped.read_manifest()
+  record = demo_shipped.read_manifest(demo_shipped.root(family))
   opts = {k: v for k, v in record["options"].items() if k != "from_scratch"}
   c = demo.demo_config("clic")
   c.seed = record["seed"]
