@@ -1,7 +1,8 @@
 """The demo's shipped starting points, one per tower family (compclip_jax/assets/demo_pretrained, …_siglip): their
 files match the SHA-256s their manifest records, they load as the HF CLIP / SiglipModel / T5 directories they claim to
-be, a changed file is refused by name, and the manifest says how to make it again. The regeneration itself (about 15 min on 2 cores) is the manual tier
-(COMPCLIP_MANUAL_TESTS=1): it retrains from scratch and compares the diagnostics with the recorded ones."""
+be, a changed file is refused by name, and the manifest says how to make it again. The regeneration itself (15–23 min
+on 2 cores per family) is the manual tier (COMPCLIP_MANUAL_TESTS=1): it retrains from scratch and compares the
+diagnostics with the recorded ones."""
 import json
 import os
 import shutil
