@@ -126,7 +126,8 @@ def tiny() -> SiglipConfig:
 
 def demo() -> SiglipConfig:
   """The demo's SigLIP (model.random="siglip_demo"): the shapes of the demo's CLIP (clip_config.demo: a text tower of
-  width 64, a vision tower of width 128, a 128-d joint space, two blocks each) with SigLIP's 64 text positions."""
+  width 64, a vision tower of width 128, a 128-d joint space, two blocks each) with SigLIP's 64 text positions. A
+  random model's input size is the run's data.image_size (64 px in the demo)."""
   return SiglipConfig(
       TextConfig(vocab_size=128, width=64, layers=2, heads=4, mlp_dim=128, context_length=64, projection_size=128),
       VisionConfig(image_size=32, patch_size=8, width=128, layers=2, heads=4, mlp_dim=256))
