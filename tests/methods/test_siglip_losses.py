@@ -33,18 +33,29 @@ def _nls(z):
   return np.log1p(np.exp(-np.asarray(z, np.float64)))
 
 
-def _logit(a, t):
-  return SCALE * float(np.dot(a, t)) + BIAS
+def _logit(a, t, bias=BIAS):
+  return SCALE * float(np.dot(a, t)) + bias
 
 
-def _sigmoid_matrix_loss(img, texts, positive, keep):
+def _sigmoid_matrix_loss(img, texts, positive, keep, bias=BIAS):
   """Σ over the pairs (b, j) kept of −log σ(±logit) with +1 where positive(b, j), by loops; / B."""
   total = 0.0
   for b in range(len(img)):
     for j, t in enumerate(texts):
       if keep(b, j):
-        total += _nls((1 if positive(b, j) else -1) * _logit(img[b], t))
+        total += _nls((1 if positive(b, j) else -1) * _logit(img[b], t, bias))
   return total / len(img)
+
+
+def _read_inputs(img, txt, seed):
+  """read_loss's positional inputs up to the scale (img, the 4B texts, neg_valid [B, 3], paraphrases, decoder
+  logits and targets) as jax arrays, and neg_valid as numpy."""
+  rng = np.random.default_rng(seed)
+  neg_valid = rng.random((B, 3)) > 0.3
+  para = _unit(rng, B)
+  logits, targets = rng.normal(size=(B, 4, 11)).astype(np.float32), rng.integers(1, 11, (B, 4))
+  arrays = (img, txt[:4 * B], neg_valid, para, logits, targets)
+  return tuple(jnp.asarray(a) for a in arrays) + (jnp.float32(SCALE),), neg_valid
 
 
 @pytest.fixture
@@ -79,19 +90,14 @@ def test_negclip_on_siglip_negatives_as_extra_columns(data):
 
 def test_read_con_on_siglip_three_negatives_each_a_column(data):
   img, txt, _ = data
-  rng = np.random.default_rng(1)
-  neg_valid = rng.random((B, 3)) > 0.3
-  para = _unit(rng, B)
-  logits, targets = rng.normal(size=(B, 4, 11)).astype(np.float32), rng.integers(1, 11, (B, 4))
-  loss, m = read_losses.read_loss(jnp.asarray(img), jnp.asarray(txt[:4 * B]), jnp.asarray(neg_valid), jnp.asarray(para),
-                                  jnp.asarray(logits), jnp.asarray(targets), jnp.float32(SCALE), bias=jnp.float32(BIAS))
+  args, neg_valid = _read_inputs(img, txt, 1)
+  _, m = read_losses.read_loss(*args, bias=jnp.float32(BIAS))
   # [T (B); n1 (B); n2 (B); n3 (B)]: negative k of sample b' at column (1 + k)·B + b'
   hand_con = _sigmoid_matrix_loss(img, txt[:4 * B], lambda b, j: b == j,
                                   lambda b, j: j < B or neg_valid[j % B, j // B - 1])
   np.testing.assert_allclose(float(m["read/con"]), hand_con, rtol=1e-5)
   # the text-side terms as they are: the same values as on a CLIP with this scale
-  _, clip_m = read_losses.read_loss(jnp.asarray(img), jnp.asarray(txt[:4 * B]), jnp.asarray(neg_valid),
-                                    jnp.asarray(para), jnp.asarray(logits), jnp.asarray(targets), jnp.float32(SCALE))
+  _, clip_m = read_losses.read_loss(*args)
   for k in ("read/rec", "read/align"):
     np.testing.assert_allclose(float(m[k]), float(clip_m[k]), rtol=1e-6)
 
@@ -147,12 +153,7 @@ def test_negclip_pair_softmax_sigmoid_positives_plus_the_pair_softmax(data):
 
 def test_read_pair_softmax_each_of_the_three_negatives_against_its_own_positive(data):
   img, txt, _ = data
-  rng = np.random.default_rng(2)
-  neg_valid = rng.random((B, 3)) > 0.3
-  para = _unit(rng, B)
-  logits, targets = rng.normal(size=(B, 4, 11)).astype(np.float32), rng.integers(1, 11, (B, 4))
-  args = (jnp.asarray(img), jnp.asarray(txt[:4 * B]), jnp.asarray(neg_valid), jnp.asarray(para), jnp.asarray(logits),
-          jnp.asarray(targets), jnp.float32(SCALE))
+  args, neg_valid = _read_inputs(img, txt, 2)
   _, m = read_losses.read_loss(*args, bias=jnp.float32(BIAS), negatives="pair_softmax")
   _, m2 = read_losses.read_loss(*args, bias=jnp.float32(4.0), negatives="pair_softmax")
   positives = _sigmoid_matrix_loss(img, txt[:B], lambda b, j: b == j, lambda b, j: True)
@@ -160,8 +161,7 @@ def test_read_pair_softmax_each_of_the_three_negatives_against_its_own_positive(
   np.testing.assert_allclose(float(m["read/con"]), positives + _pair_softmax_hand(img, txt[:B], negs, neg_valid),
                              rtol=1e-5)
   # another bias moves the sigmoid positives only: the pair term is the same whatever the bias
-  positives4 = sum(
-      _nls((1 if b == j else -1) * (SCALE * float(img[b] @ txt[j]) + 4.0)) for b in range(B) for j in range(B)) / B
+  positives4 = _sigmoid_matrix_loss(img, txt[:B], lambda b, j: b == j, lambda b, j: True, bias=4.0)
   np.testing.assert_allclose(float(m2["read/con"]), positives4 + _pair_softmax_hand(img, txt[:B], negs, neg_valid),
                              rtol=1e-5)
 
