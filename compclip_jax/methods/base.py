@@ -150,7 +150,7 @@ class Method:
   # config → None: sets the reference's recipe on the shared sections (optimiser, schedule, batch, data, the
   # trainable / frozen rules); configs/<name>.py applies it
   recipe: Callable[[ml_collections.ConfigDict], None] = coco_data
-  # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg) → a CLIP module, shapes_only=bool) →
+  # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg, rngs=None) → a CLIP module, shapes_only=bool) →
   # Extension: the model the steps train (e.g. READ's CLIP + W + frozen T5 decoder); None: CLIP itself. shapes_only:
   # the Extension's flat holds ShapeDtypeStructs, no weights read or drawn (train/state.build_model)
   extend_model: Callable[..., Extension] | None = None

@@ -352,8 +352,7 @@ def export(c, workdir: str, model: Model, trainable) -> None:
   method = methods.get(c.method)
   if method.export_parts is not None:  # the method's own parts; CLIP's parameters for the rest
     flat = method.export_parts(c, workdir, model.export_info, model.t5_tokenizer, flat)
-  clip = params.fill(params.abstract(lambda: loading.model_class(model.clip_cfg)(model.clip_cfg, rngs=nnx.Rngs(0))),
-                     flat)
+  clip = params.fill(params.abstract(lambda rngs: loading.model_class(model.clip_cfg)(model.clip_cfg, rngs=rngs)), flat)
   pre = model.preprocess
   if c.export.hf:
     written = loading.save_clip(clip, os.path.join(workdir, "export", "hf"), "hf", tokenizer=model.tokenizer,

@@ -50,14 +50,18 @@ class Model:
 
 
 def clip_factory(c: ml_collections.ConfigDict):
-  """cfg → the two-tower module of its family (a CLIP, or a SigLIP for a SiglipConfig) with the run's dtypes,
-  attention, remat and scan settings."""
+  """(cfg, rngs=None) → the two-tower module of its family (a CLIP, or a SigLIP for a SiglipConfig) with the run's
+  dtypes, attention, remat and scan settings, drawn from `rngs` (default: the run's seed)."""
   m = c.model
   text_dt = DTypes(compute=m.text_compute_dtype or m.compute_dtype)
   vision_dt = DTypes(compute=m.vision_compute_dtype or m.compute_dtype)
-  return lambda cfg: loading.model_class(cfg)(cfg, rngs=nnx.Rngs(c.seed), text_dtypes=text_dt, vision_dtypes=vision_dt,
-                                              remat_text=m.remat_text, remat_vision=m.remat_vision, attention=m.
-                                              attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers)
+
+  def make(cfg, rngs: nnx.Rngs | None = None):
+    return loading.model_class(cfg)(cfg, rngs=nnx.Rngs(c.seed) if rngs is None else rngs, text_dtypes=text_dt,
+                                    vision_dtypes=vision_dt, remat_text=m.remat_text, remat_vision=m.remat_vision,
+                                    attention=m.attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers)
+
+  return make
 
 
 SIGLIP_RANDOM = "siglip_tiny"  # model.random: a tiny random SigLIP (:runlocal smoke runs of the SigLIP family)
@@ -91,7 +95,7 @@ def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool 
   abstract=True)`): a ViT-L/14 + T5-large build costs no host memory and no minutes of random init.
   """
   make_clip = clip_factory(c)
-  abstract_clip = lambda cfg: params.abstract(lambda: make_clip(cfg))
+  abstract_clip = lambda cfg: params.abstract(lambda rngs: make_clip(cfg, rngs))
   if c.model.init and shapes_only:
     cfg, tok, pre = loading.load_clip_meta(c.model.init, c.model.model_name or None, c.model.activation or None)
     flat = params.param_structs(abstract_clip(cfg))

@@ -309,7 +309,7 @@ def load_t5_decoder_params(directory: str, dtypes: DTypes = DTypes(),
   where it has none. `dtypes` are those of the decoder the params will fill (they do not change its shapes).
   """
   cfg, raw = hf.read_t5_dir(directory)
-  flat = raw.to_ours(params.shapes(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0)))))
+  flat = raw.to_ours(params.shapes(params.abstract(lambda rngs: T5Decoder(cfg, dtypes, rngs=rngs))))
   spiece = tokenizer or os.path.join(directory, "spiece.model")
   return cfg, flat, (T5Tokenizer(spiece) if tokenizer or os.path.exists(spiece) else None)
 
@@ -325,4 +325,4 @@ def load_t5_decoder(directory: str, dtypes: DTypes = DTypes(),
                     tokenizer: str | None = None) -> tuple[T5Decoder, T5Tokenizer | None]:
   """The frozen READ decoder (on the device) and its tokenizer, from `load_t5_decoder_params`."""
   cfg, flat, tok = load_t5_decoder_params(directory, dtypes, tokenizer)
-  return params.fill(params.abstract(lambda: T5Decoder(cfg, dtypes, rngs=nnx.Rngs(0))), flat), tok
+  return params.fill(params.abstract(lambda rngs: T5Decoder(cfg, dtypes, rngs=rngs)), flat), tok

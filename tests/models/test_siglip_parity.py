@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from flax import nnx
 
 from compclip_jax.models.siglip import config as sc
 from compclip_jax.models.siglip.model import SigLIP
@@ -27,7 +26,7 @@ def _hf_model(cfg: sc.SiglipConfig, seed: int = 0) -> transformers.SiglipModel:
 
 
 def _ours_from(hf: transformers.SiglipModel, cfg: sc.SiglipConfig) -> SigLIP:
-  abstract = params.abstract(lambda: SigLIP(cfg, rngs=nnx.Rngs(0)))
+  abstract = params.abstract(lambda rngs: SigLIP(cfg, rngs=rngs))
   shapes = params.shapes(abstract)
   sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
   flat = maps.import_params(sd, maps.hf_rules(shapes), shapes, "hf SiglipModel")
@@ -95,7 +94,7 @@ def test_named_sizes_have_transformers_shapes(size):
   with torch.device("meta"):
     hf = transformers.SiglipModel(transformers.SiglipConfig(**sc.to_hf(cfg)))
   theirs = {k: tuple(p.shape) for k, p in hf.state_dict().items()}
-  ours = params.shapes(params.abstract(lambda: SigLIP(cfg, rngs=nnx.Rngs(0))))
+  ours = params.shapes(params.abstract(lambda rngs: SigLIP(cfg, rngs=rngs)))
   rules = maps.hf_rules(ours)
   assert sorted(r.theirs for r in rules) == sorted(theirs)
   for r in rules:

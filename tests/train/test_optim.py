@@ -7,7 +7,6 @@ import ml_collections
 import numpy as np
 import pytest
 import torch
-from flax import nnx
 
 from compclip_jax.train import optim
 from compclip_jax.models import clip_config
@@ -18,7 +17,7 @@ from configs import clic, read
 
 @pytest.fixture(scope="module")
 def clip_shapes():
-  return params.shapes(params.abstract(lambda: CLIP(clip_config.tiny(), rngs=nnx.Rngs(0))))
+  return params.shapes(params.abstract(lambda rngs: CLIP(clip_config.tiny(), rngs=rngs)))
 
 
 def test_rules_must_cover_every_parameter_once():

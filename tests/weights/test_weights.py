@@ -550,7 +550,7 @@ def test_fill_leaves_its_template_abstract_so_two_fills_are_independent():
   from compclip_jax.models import clip_config
   from compclip_jax.models.clip import CLIP
   from compclip_jax.weights import params
-  abstract = params.abstract(lambda: CLIP(clip_config.tiny(), rngs=nnx.Rngs(0)))
+  abstract = params.abstract(lambda rngs: CLIP(clip_config.tiny(), rngs=rngs))
   shapes = params.shapes(abstract)
   zeros = params.fill(abstract, {k: np.zeros(s, np.float32) for k, s in shapes.items()})
   ones = params.fill(abstract, {k: np.ones(s, np.float32) for k, s in shapes.items()})
@@ -560,11 +560,10 @@ def test_fill_leaves_its_template_abstract_so_two_fills_are_independent():
 
 
 def test_fill_names_every_missing_and_misshaped_parameter():
-  from flax import nnx
   from compclip_jax.models import clip_config
   from compclip_jax.models.clip import CLIP
   from compclip_jax.weights import params
-  abstract = params.abstract(lambda: CLIP(clip_config.tiny(), rngs=nnx.Rngs(0)))
+  abstract = params.abstract(lambda rngs: CLIP(clip_config.tiny(), rngs=rngs))
   flat = {k: np.zeros(s, np.float32) for k, s in params.shapes(abstract).items()}
   del flat["logit_scale"]
   flat["text_projection.kernel"] = np.zeros((3, 3), np.float32)
@@ -580,7 +579,7 @@ def test_parameter_paths_are_nnx_own():
   from compclip_jax.models.t5 import T5Config, T5Decoder
   from compclip_jax.weights import params
   for model in (CLIP(clip_config.tiny(), rngs=ShapeOnlyRngs()),
-                params.abstract(lambda: T5Decoder(T5Config.v1_1(32, 2, 64), DTypes(), rngs=nnx.Rngs(0)))):
+                params.abstract(lambda rngs: T5Decoder(T5Config.v1_1(32, 2, 64), DTypes(), rngs=rngs))):
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
     want = {".".join(map(str, p)): tuple(v.get_value().shape) for p, v in flat}
     assert params.shapes(model) == want

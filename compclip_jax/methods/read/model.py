@@ -89,8 +89,8 @@ def extend_model(c: ml_collections.ConfigDict, clip_cfg, clip_flat: dict, make_c
   dt = DTypes(compute=c.model.compute_dtype)
   t5_cfg, t5_flat, t5_tok = _decoder(c, dt, shapes_only)
   abstract = params.abstract(
-      lambda: READModel(make_clip(clip_cfg), t5_cfg, rngs=nnx.Rngs(0), t5_dtypes=dt, t5_attention=c.model.attention,
-                        t5_remat=c.model.remat_text, t5_remat_policy=c.model.remat_policy))
+      lambda rngs: READModel(make_clip(clip_cfg, rngs), t5_cfg, rngs=rngs, t5_dtypes=dt, t5_attention=c.model.attention,
+                             t5_remat=c.model.remat_text, t5_remat_policy=c.model.remat_policy))
   if shapes_only:
     return Extension(abstract, params.param_structs(abstract), t5_tok, t5_cfg)
   # drawn as [in, out], as every kernel initialiser is called; stored [out, in] (models/layers.py)
