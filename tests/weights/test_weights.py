@@ -571,6 +571,21 @@ def test_fill_names_every_missing_and_misshaped_parameter():
     params.fill(abstract, flat)
 
 
+def test_an_abstract_build_walks_no_jaxpr_for_an_error_message(monkeypatch):
+  """`params.abstract` stays linear in the model: no random draw makes a tracer build its AttributeError message,
+  which walks the whole jaxpr traced so far (quadratic builds: 23–26 s for READ ViT-L/14 + T5-large before,
+  docs/performance.md). The shapes themselves are pinned by the transformers shape tests."""
+  from jax._src.interpreters import partial_eval
+  from compclip_jax.models.siglip import config as sc
+  from compclip_jax.models.siglip.model import SigLIP
+  from compclip_jax.weights import params
+  walks = []
+  origin = partial_eval.DynamicJaxprTracer._origin_msg
+  monkeypatch.setattr(partial_eval.DynamicJaxprTracer, "_origin_msg", lambda t: walks.append(1) or origin(t))
+  model = params.abstract(lambda rngs: SigLIP(sc.tiny(), rngs=rngs))
+  assert params.shapes(model) and not walks, len(walks)
+
+
 def test_parameter_paths_are_nnx_own():
   """`params.variables` (jax pytree flattening, the fast path) names every parameter as nnx.state does."""
   from flax import nnx
