@@ -150,9 +150,10 @@ class Method:
   # config → None: sets the reference's recipe on the shared sections (optimiser, schedule, batch, data, the
   # trainable / frozen rules); configs/<name>.py applies it
   recipe: Callable[[ml_collections.ConfigDict], None] = coco_data
-  # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg, rngs=None) → a CLIP module, shapes_only=bool) →
-  # Extension: the model the steps train (e.g. READ's CLIP + W + frozen T5 decoder); None: CLIP itself. shapes_only:
-  # the Extension's flat holds ShapeDtypeStructs, no weights read or drawn (train/state.build_model)
+  # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg, rngs=None) → a CLIP module,
+  # shapes_only=bool) → Extension: the model the steps train (e.g. READ's CLIP + W + frozen T5 decoder); None: CLIP
+  # itself. shapes_only: the Extension's flat holds ShapeDtypeStructs, no weights read or drawn
+  # (train/state.build_model)
   extend_model: Callable[..., Extension] | None = None
   # (config, workdir, export_info, t5 tokenizer, flat {path: array} of the whole model) → CLIP's own flat parameters,
   # after writing what else the method exports (READ: the decoder, when read.export_decoder)
