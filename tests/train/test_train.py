@@ -291,7 +291,9 @@ def test_two_processes_match_one(tmp_path):
       for i in range(2)
   ]
   outs = [p.communicate(timeout=600)[0] for p in procs]
-  assert all(p.returncode == 0 for p in procs), outs
+  # each process's exit code and the end of its output, where a crash says where it happened
+  assert all(p.returncode == 0 for p in procs), "\n\n".join(
+      f"process {i} exited {p.returncode}:\n{out[-2500:]}" for i, (p, out) in enumerate(zip(procs, outs)))
   # one process × 8 CPU devices: this one (tests/conftest.py), with the config _main's flags give
   assert len(__import__("jax").devices()) == 8
   train.run(_cfg("clic", total_steps=3, log_every=1, **{"checkpoint.every_steps": 3}), str(tmp_path / "one"))
