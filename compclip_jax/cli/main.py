@@ -51,14 +51,13 @@ def main(argv):
     sys.exit(cli.EXIT_USER_ERROR)
   cli.quiet_logging(cli.verbosity_given())  # before jax starts its backends (their C++ logs read the environment)
   host_memory.keep_freed_memory()  # COMPCLIP_HOST_MALLOC=keep; before jax's CPU threads start (docs/performance.md)
-  several = bool(_NPROC.value and _NPROC.value > 1)
-  if several:
+  if _NPROC.value and _NPROC.value > 1:
     jax.distributed.initialize(_COORD.value, _NPROC.value, _PID.value)
   elif _DISTRIBUTED.value:
     jax.distributed.initialize()
   from compclip_jax.train import loop as train  # pylint: disable=import-outside-toplevel
   train.run(_CONFIG.value, _WORKDIR.value, tuple(_ALLOW.value))
-  if several or _DISTRIBUTED.value:
+  if jax.distributed.is_initialized():
     # Every process enters jax's shutdown barrier now, while all are alive. Left to interpreter exit, process 0 (which
     # hosts the coordination service, and exports after the others are done) can drop the service while a peer is
     # still leaving Python, and the peer aborts: seen once in the two-process test; the same report and fix in
