@@ -1,6 +1,8 @@
 """The demo's diagnostics (compclip_jax/demo_probe.py) on embeddings whose content is known by construction: features
 that encode bindings pass the binding probe, features that encode only the bag of colours and shapes pass the bag
 probe and fail the binding probe; ridge regression against numpy's least squares."""
+import json
+
 import numpy as np
 
 from compclip_jax.demo import probe as demo_probe
@@ -86,16 +88,16 @@ def test_probes_render_once_and_pass_embeddings_of_images_collages_and_first_sen
   assert [(tmp_path / "probe" / f).stat().st_mtime_ns for f in ("00000.png", "collages/00000.png")] == stamps
 
 
-def _collage_features(folder, halves):
-  """Embeddings of the collages `render_collages` wrote in `folder`, by construction from its record: the sum of
-  `halves(scene)` over the two halves."""
+def _collage_features(folder, halves, post=lambda x: x):
+  """Embeddings of the collages `render_collages` wrote in `folder`, by construction from its record: `post` of the
+  sum of `halves(scene)` over the two halves."""
   import json  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
 
   def embed(paths):  # called once the collages are written
     pairs = json.load(open(os.path.join(folder, "collages.json")))["pairs"]
     rows = [pairs[int(os.path.basename(p)[:-len(".png")])] for p in paths]
-    return np.stack([halves([a])[0] + halves([b])[0] for a, b, _ in rows])
+    return post(np.stack([halves([a])[0] + halves([b])[0] for a, b, _ in rows]))
 
   return embed
 
@@ -112,3 +114,31 @@ def test_collage_probe_needs_each_half_to_bind(tmp_path):
   assert binding > 0.95 and 0.3 < bag < 0.7, (binding, bag)
   img = Image.open(tmp_path / "c" / "00000.png")
   assert img.size == (128, 128)
+
+
+def test_collage_ceiling_is_the_collage_probe_on_the_normalised_sum_of_the_halves(tmp_path):
+  """A tower whose collage embedding is exactly the normalised sum of its halves' single-image embeddings reads on
+  the collage probe what `collage_ceiling` computes from the single images alone (the same pairs, the same probe);
+  a bag of words has no ceiling to speak of."""
+  train, test, _ = demo_probe.probe_scenes(1600, 200, seed=5)
+  rng = np.random.default_rng(0)
+  mix = rng.normal(size=(100, 32))  # binding one-hots seen through a random linear map: unit vectors that bind
+  noise = lambda sc: np.random.default_rng(list(json.dumps(sc).encode())).normal(size=32)  # per scene, fixed
+  halves = lambda scenes: demo_probe.binding_targets(scenes) @ mix + 3.0 * np.stack([noise(sc) for sc in scenes])
+  unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)
+  unit_halves = lambda scenes: unit(halves(scenes))
+  folder = str(tmp_path / "c")
+  superposed = demo_probe.collage_probe(_collage_features(folder, unit_halves, unit), train, test, folder, 5)
+  ceiling = demo_probe.collage_ceiling(unit_halves(train), train, unit_halves(test), test, 5)
+  assert ceiling == superposed and 0.75 < ceiling < 0.98, (ceiling, superposed)  # noise: a partner matters
+  bag = demo_probe.collage_ceiling(demo_probe.bag_targets(train), train, demo_probe.bag_targets(test), test, 5)
+  assert 0.3 < bag < 0.7, bag
+
+
+def test_collage_pairs_are_their_indices():
+  train, test, _ = demo_probe.probe_scenes(40, 10, seed=2)
+  pairs, test_pairs = demo_probe.collage_pairs(train, test, 2)
+  idx, test_idx = demo_probe.collage_pair_indices(40, 10, 2)
+  assert pairs == [(train[a], train[b], tall) for a, b, tall in idx] and len(pairs) == 40
+  assert test_pairs == [(test[i], train[j], first, tall) for i, j, first, tall in test_idx]
+  assert sorted(a for a, _, _ in idx[20:]) != list(range(0, 40, 2))  # the second pairing is shuffled
