@@ -21,7 +21,7 @@ from compclip_jax.data.negatives import Analysis
 Tagger = Callable[[Sequence[str]], list[Analysis]]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)  # keywords only: a field added here cannot shift a method's
 class ImageOptions:
   """What every sample builder is given (a method's own options extend it: methods/<name>/, `StepKind.options`)."""
   image_size: int = 224

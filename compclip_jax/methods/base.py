@@ -26,7 +26,7 @@ LossFn = Callable[[nnx.Module, dict, jax.Array, tuple, ml_collections.ConfigDict
 
 def image_options(c: ml_collections.ConfigDict, image_size: int) -> ImageOptions:
   """The options every kind's builder gets: the model's input size and `data.alpha_premultiplied_resize`."""
-  return ImageOptions(image_size, bool(c.data.alpha_premultiplied_resize))
+  return ImageOptions(image_size=image_size, alpha_premultiplied_resize=bool(c.data.alpha_premultiplied_resize))
 
 
 def model_normalization(opts, mean, std) -> tuple[tuple, tuple]:

@@ -257,3 +257,36 @@ def test_per_set_is_the_tower_on_the_stacked_sets():
   by_sample = base.per_sample(clip.text_model, jnp.asarray(ids))  # [B, K, width]: what READ's decoder reads
   for k in range(5):
     np.testing.assert_array_equal(np.asarray(by_sample[:, k]), np.asarray(got[3 * k:3 * (k + 1)]))
+
+
+@pytest.mark.parametrize("name", ["clic", "negclip", "read", "clic_read", "clip"])
+def test_each_config_switch_reaches_the_sample_options(name):
+  """Every sample switch of a method's config section arrives in the options its samples get, each under its own
+  name: flip one and exactly that field changes (a positional construction that shifted the fields — concat landing
+  in another switch — made CLIC's single-image ablation train as CLIC itself)."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from compclip_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
+  c = config_lib.for_method(methods.get(name), "runlocal")
+  for kind in methods.get(name).step_kinds(c):
+    base = kind.options(c, 48)
+    assert base.image_size == 48
+    fields = {f.name for f in dataclasses.fields(base) if isinstance(getattr(base, f.name), bool)} - {"squash"}
+    sections = [k for k in ("data", *c.keys()) if isinstance(c[k], ml_collections.ConfigDict)]
+    switches = [(section, f) for f in sorted(fields) for section in sections
+                if f in c[section] and isinstance(c[section][f], bool)]
+    if kind.name == "read":  # READ drops alpha before resizing whatever data.alpha_premultiplied_resize says
+      switches = [s for s in switches if s[1] != "alpha_premultiplied_resize"]
+    assert {f for _, f in switches} >= fields - {"alpha_premultiplied_resize"}, (kind.name, fields, switches)
+    for section, field in switches:
+      flipped = c.copy_and_resolve_references()
+      flipped[section][field] = not c[section][field]
+      got = kind.options(flipped, 48)
+      changed = {f for f in fields if getattr(got, f) != getattr(base, f)}
+      assert changed == {field} and getattr(got, field) == flipped[section][field], (kind.name, section, field)
+      if kind.name == "clic":  # and the defaults are the config's own
+        assert getattr(base, field) == c[section][field], field
+
+
+def test_sample_options_take_keywords_only():
+  with pytest.raises(TypeError):
+    clic_samples.Options(64, True, False)  # pylint: disable=too-many-function-args

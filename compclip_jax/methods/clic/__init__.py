@@ -33,8 +33,10 @@ from compclip_jax.models.clip import clip_of
 
 def options(c: ml_collections.ConfigDict, image_size: int) -> samples.Options:
   s = c.clic
-  return samples.Options(image_size, bool(c.data.alpha_premultiplied_resize), bool(s.concat),
-                         bool(s.imagenet_normalization), bool(s.shared_words_across_tags), bool(s.exclude_nonword))
+  return samples.Options(image_size=image_size, alpha_premultiplied_resize=bool(c.data.alpha_premultiplied_resize),
+                         concat=bool(s.concat), imagenet_normalization=bool(s.imagenet_normalization),
+                         shared_words_across_tags=bool(s.shared_words_across_tags),
+                         exclude_nonword=bool(s.exclude_nonword))
 
 
 def needs_partner(opts: samples.Options) -> bool:

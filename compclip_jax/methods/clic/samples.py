@@ -12,7 +12,7 @@ from compclip_jax.data.samples import ImageOptions, Tagger, analyses, half_image
 from compclip_jax.methods.clic.negatives import clic_negative
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Options(ImageOptions):
   """config.clic's sample switches (methods/clic/config.py says what each one does)."""
   concat: bool = True

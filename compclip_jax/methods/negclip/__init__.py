@@ -28,13 +28,14 @@ def defaults() -> dict:
 SECTION = base.Section("negclip", defaults, renamed=(("data.negclip_random_caption", "negclip.random_caption"),))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Options(ImageOptions):
   random_caption: bool = False
 
 
 def options(c: ml_collections.ConfigDict, image_size: int) -> Options:
-  return Options(image_size, bool(c.data.alpha_premultiplied_resize), bool(c.negclip.random_caption))
+  return Options(image_size=image_size, alpha_premultiplied_resize=bool(c.data.alpha_premultiplied_resize),
+                 random_caption=bool(c.negclip.random_caption))
 
 
 def sample(rec, partner, rng, tagger, opts: Options) -> dict:

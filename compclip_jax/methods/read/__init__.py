@@ -33,7 +33,8 @@ from compclip_jax.weights import hf
 def options(c: ml_collections.ConfigDict, image_size: int) -> samples.Options:
   # READ's reference converts to RGB before its processor resizes: alpha dropped first (the sample does so)
   r = c.read
-  return samples.Options(image_size, False, target_may_equal_positive=bool(r.target_may_equal_positive),
+  return samples.Options(image_size=image_size, alpha_premultiplied_resize=False,
+                         target_may_equal_positive=bool(r.target_may_equal_positive),
                          overlapping_swaps=bool(r.overlapping_swaps))
 
 

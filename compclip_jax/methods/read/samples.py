@@ -10,7 +10,7 @@ from compclip_jax.data.samples import ImageOptions, Tagger, analyses, eval_image
 from compclip_jax.methods.read.negatives import read_negative
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Options(ImageOptions):
   """config.read's sample switches (methods/read/config.py says what each one does)."""
   num_negatives: int = 3
