@@ -81,32 +81,52 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   record = {
       "model": clip_dir, "seed": seed, "probes": probes, "sugarcrepe": gaps, "collage_swap": collage, "gate": rules
   }
-  lines = ["| diagnostic (held-out scenes, %) | image embeddings | text embeddings | chance |", "|---|---|---|---|"]
-  lines.append(f"| collage binding probe: a held-out half's own bindings above their swap | "
-               f"{100 * probes['image']['collage_binding']:.1f} | — | 50.0 |")
-  for key, label in (("binding", "binding probe: own bindings above their swap (two shapes)"),
-                     ("place", "place probe: which colour is where (two objects of one shape)"),
-                     ("bag", "bag probe: which colours and shapes (per label)")):
-    chance = probes["image"][f"{key}_chance"]
-    lines.append(f"| {label} | {100 * probes['image'][key]:.1f} | {100 * probes['text'][key]:.1f} | "
-                 f"{100 * chance:.1f} |")
-  lines += ["", "| SugarCrepe (held-out, %) | replace | swap | gap |", "|---|---|---|---|"]
-  for label, rep_, swap in GAP_ROWS:
-    lines.append(f"| {label} | {100 * sc[rep_]:.1f} | {100 * sc[swap]:.1f} | {100 * (sc[rep_] - sc[swap]):+.1f} |")
-  lines += [
-      "", f"Cross-collage swap test (CLIC's own task, held-out scenes; a diagnostic): {100 * collage:.1f} % "
-      "(chance 50)"
-  ]
-  lines += ["", "| the gate | required | measured | met |", "|---|---|---|---|"]
-  lines += [f"| {r['rule']} | {r['required']} | {r['measured']} | {'yes' if r['met'] else '**no**'} |" for r in rules]
-  lines += ["", f"The gate is {'met' if all(r['met'] for r in rules) else '**not met**'}."]
-  text = "\n".join(lines)
+  text = diagnose_text(record)
   print(text, flush=True)
   with open(os.path.join(workdir, "diagnose.md"), "w") as f:
     f.write(text + "\n")
   with open(os.path.join(workdir, "diagnose.json"), "w") as f:
     json.dump(record, f, indent=2)
   return record
+
+
+def diagnose_text(record: dict) -> str:
+  """The markdown of a `diagnose` record: the probes, the bag-of-words gap, the cross-collage swap test and the
+  gate rule by rule (what `--diagnose` prints and writes to diagnose.md)."""
+  img, txt, sc, rules = record["probes"]["image"], record["probes"]["text"], record["sugarcrepe"], record["gate"]
+  lines = ["| diagnostic (held-out scenes, %) | image embeddings | text embeddings | chance |", "|---|---|---|---|"]
+  lines.append(f"| collage binding probe: a held-out half's own bindings above their swap | "
+               f"{100 * img['collage_binding']:.1f} | — | 50.0 |")
+  lines.append(f"| its ceiling: the same probe on the normalised sum of the halves' own embeddings | "
+               f"{100 * img['collage_ceiling']:.1f} | — | 50.0 |")
+  for key, label in (("binding", "binding probe: own bindings above their swap (two shapes)"),
+                     ("place", "place probe: which colour is where (two objects of one shape)"),
+                     ("bag", "bag probe: which colours and shapes (per label)")):
+    lines.append(f"| {label} | {100 * img[key]:.1f} | {100 * txt[key]:.1f} | {100 * img[f'{key}_chance']:.1f} |")
+  lines += ["", "| SugarCrepe (held-out, %) | replace | swap | gap |", "|---|---|---|---|"]
+  for label, rep_, swap in GAP_ROWS:
+    lines.append(f"| {label} | {100 * sc[rep_]:.1f} | {100 * sc[swap]:.1f} | {100 * (sc[rep_] - sc[swap]):+.1f} |")
+  lines += [
+      "", f"Cross-collage swap test (CLIC's own task, held-out scenes; a diagnostic): "
+      f"{100 * record['collage_swap']:.1f} % (chance 50)"
+  ]
+  lines += ["", "| the gate | required | measured | met |", "|---|---|---|---|"]
+  lines += [f"| {r['rule']} | {r['required']} | {r['measured']} | {'yes' if r['met'] else '**no**'} |" for r in rules]
+  lines += ["", f"The gate is {'met' if all(r['met'] for r in rules) else '**not met**'}."]
+  return "\n".join(lines)
+
+
+def collage_swap(clip_dir: str, workdir: str, seed: int, n_benchmark: int = 300) -> float:
+  """The cross-collage swap test (`collage_swap_accuracy`) of the CLIP (or SigLIP) in HF directory `clip_dir` on the
+  held-out benchmarks of `seed` in `<workdir>/world/benchmarks` (the fine-tuning's own files; written if absent)."""
+  from compclip_jax.weights import loading  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators import run as evaluators  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
+  from compclip_jax.evaluators.tasks import ImageRef  # pylint: disable=import-outside-toplevel
+  dirs = synthetic_benchmarks.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n_benchmark,
+                                               seed + evaluators.SYNTHETIC_SEED_OFFSET)
+  enc = Encoder(*loading.load_clip(clip_dir), batch_size=256, progress=False)
+  return collage_swap_accuracy(enc, dirs["data_dir"], dirs["image_dir"], ImageRef)
 
 
 def collage_swap_accuracy(enc, data_dir: str, image_dir: str, image_ref) -> float:

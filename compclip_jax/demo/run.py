@@ -36,7 +36,7 @@ from compclip_jax import methods
 from compclip_jax.cli import config_files
 from compclip_jax.demo import plots as demo_plots
 from compclip_jax.demo.pretrain import DemoOptions, on_world, starting_point
-from compclip_jax.demo.tables import before_after, paired_table, report_table, summary_table
+from compclip_jax.demo.tables import before_after, hypothesis_table, paired_table, report_table, summary_table
 from compclip_jax.data import synthetic
 from compclip_jax.errors import UserError
 from compclip_jax.train import config as config_lib
@@ -52,7 +52,7 @@ def say(text: str) -> None:
 def _say_world(f, workdir: str) -> None:
   if not os.path.exists(os.path.join(workdir, "world", synthetic.WORLD_MANIFEST)):
     say(f"writing the synthetic world ({f.data.synthetic_size} training scenes, {f.evals.synthetic_size} held-out "
-        f"benchmark scenes) into {os.path.join(workdir, 'world')}: once, about half a minute")
+        f"benchmark scenes) into {os.path.join(workdir, 'world')}: once (minutes on a laptop CPU; later runs reuse it)")
 
 
 def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions(), allow: tuple[str, ...] = ()) -> dict:
@@ -150,21 +150,30 @@ def demo_config(name: str):
 
 sweep_config = demo_config  # the older name
 
+COLLAGE_SWAP = "cross-collage swap (CLIC's task)"  # the sweep's diagnostic row (diagnose.collage_swap)
+
 
 def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = DemoOptions()) -> dict:
   """Every method's demo for every seed (the fine-tuning world, its benchmarks and the runs are seeded; the starting
   point is the shipped one, or with `opts.from_scratch` pretrained per seed) under `<workdir>/seed<k>`, controls
   first; then mean ± std tables (absolute; paired change from the pretrained model and beyond each
-  method's control) and a plot over seeds (`<workdir>/summary.{md,png}`). A finished run is not retrained:
-  rerunning with another method added trains only that one.
+  method's control) and a plot over seeds (`<workdir>/summary.{md,png}`; the values in `summary.json`). Beside the
+  report's rows, each model's cross-collage swap test (`COLLAGE_SWAP`: CLIC's own task, a diagnostic). A finished
+  run is not retrained: rerunning with another method added trains only that one.
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
+  from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
   cols: dict[str, dict[str, list]] = {}
   names = sorted(names, key=lambda m: m not in CONTROL_OF.values())  # controls first: the reports draw them
   for seed in seeds:
+    seed_dir = os.path.join(workdir, f"seed{seed}")
     for k, m in enumerate(names):
       c = demo_config(m)
       c.seed = seed
-      table = run(c, os.path.join(workdir, f"seed{seed}"), m, opts)
+      table = run(c, seed_dir, m, opts)
+      table[COLLAGE_SWAP] = (None, diagnostics.collage_swap(os.path.join(seed_dir, m, "export", "hf"), seed_dir, seed))
+      if k == 0:
+        clip_dir = starting_point(c, seed_dir, opts)[0]
+        table[COLLAGE_SWAP] = (diagnostics.collage_swap(clip_dir, seed_dir, seed), table[COLLAGE_SWAP][1])
       for label, (before, after) in table.items():
         if k == 0:
           cols.setdefault("pretrained", {}).setdefault(label, []).append(before)
@@ -174,9 +183,12 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
     controlled = [(m, CONTROL_OF[m]) for m in cols if CONTROL_OF.get(m) in cols]
     if controlled:
       text += "\n\n" + paired_table(cols, controlled, "change beyond its control")
+      text += "\n\n" + hypothesis_table(cols, controlled)
     print(text, flush=True)
     with open(os.path.join(workdir, "summary.md"), "w") as f:
       f.write(text + "\n")
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+      json.dump({"seeds": seeds, "family": opts.family, "cols": cols}, f, indent=1)
     demo_plots.plot_summary(cols, os.path.join(workdir, "summary.png"))
   return cols
 

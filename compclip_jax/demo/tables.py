@@ -60,20 +60,52 @@ def summary_table(cols: dict, seeds: list[int]) -> str:
 
 
 PAIRED_ROWS = ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT", "SugarCrepe replace (mean)", "retrieval image R@5",
-               "retrieval text R@5")
+               "retrieval text R@5", "cross-collage swap (CLIC's task)")
+
+# The sweep's pre-registered hypothesis, from the papers: each method beats its control (same seed) on held-out swap
+# and SugarCrepe++ swap ITT — ahead on every seed — without losing more than 1 point of R@5 (image or text, mean).
+HYPOTHESIS_SWAP = ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT")
+HYPOTHESIS_R5 = ("retrieval image R@5", "retrieval text R@5")
+HYPOTHESIS_R5_LOSS_MAX = 0.01
+
+
+def hypothesis_met(cols: dict, name: str, control: str) -> bool:
+  """Whether `name` beats `control` as the hypothesis asks (`HYPOTHESIS_SWAP`: ahead on every seed; `HYPOTHESIS_R5`:
+  the mean change over seeds no lower than −1 point)."""
+  d = lambda r: np.subtract(cols[name][r], cols[control][r])
+  return bool(
+      all((d(r) > 0).all() for r in HYPOTHESIS_SWAP) and
+      all(d(r).mean() >= -HYPOTHESIS_R5_LOSS_MAX - 1e-9 for r in HYPOTHESIS_R5))
+
+
+def hypothesis_table(cols: dict, pairs: list[tuple[str, str]]) -> str:
+  """The hypothesis row by row: for each (method, control), the same-seed changes on the swap rows (per seed), the
+  mean R@5 changes, and whether it is met (`hypothesis_met`)."""
+  lines = [
+      "| method − control | " + " | ".join(f"{r}, per seed" for r in HYPOTHESIS_SWAP) +
+      " | R@5 image / text (mean) | met |", "|---|" + "---|" * (len(HYPOTHESIS_SWAP) + 2)
+  ]
+  for name, base in pairs:
+    d = lambda r: 100 * np.subtract(cols[name][r], cols[base][r])
+    swaps = [" / ".join(f"{v:+.1f}" for v in d(r)) for r in HYPOTHESIS_SWAP]
+    r5 = " / ".join(f"{d(r).mean():+.1f}" for r in HYPOTHESIS_R5)
+    met = "yes" if hypothesis_met(cols, name, base) else "**no**"
+    lines.append(f"| {name} − {base} | " + " | ".join(swaps) + f" | {r5} | {met} |")
+  return "\n".join(lines)
 
 
 def paired_table(cols: dict, pairs: list[tuple[str, str]] | None = None,
                  title: str = "change from the pretrained model") -> str:
   """Per-seed differences (name − baseline) for each (name, baseline) pair, mean ± std over seeds and then each
-  seed's, in percentage points; default pairs: every column against "pretrained"."""
+  seed's, in percentage points; default pairs: every column against "pretrained". The rows of PAIRED_ROWS that
+  every column involved has."""
   pairs = pairs or [(n, "pretrained") for n in cols if n != "pretrained"]
+  rows = [r for r in PAIRED_ROWS if all(r in cols[n] for pair in pairs for n in pair)]
   lines = [
-      f"| {title} (points), mean ± std over seeds (per seed) | " + " | ".join(PAIRED_ROWS) + " |",
-      "|---|" + "---|" * len(PAIRED_ROWS)
+      f"| {title} (points), mean ± std over seeds (per seed) | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)
   ]
   for name, base in pairs:
-    diffs = [np.subtract(cols[name][r], cols[base][r]) for r in PAIRED_ROWS]  # per seed, same-seed pairs
+    diffs = [np.subtract(cols[name][r], cols[base][r]) for r in rows]  # per seed, same-seed pairs
     cells = [
         "{:+.1f} ± {:.1f} ({})".format(*demo_plots.mean_std(d), " / ".join(f"{100 * v:+.1f}" for v in d)) for d in diffs
     ]

@@ -324,3 +324,19 @@ def test_bundled_t5_tokenizer_is_what_its_command_trains(tmp_path):
   pieces = lambda path: [(p.id_to_piece(i), p.get_score(i)) for p in [spm.SentencePieceProcessor(model_file=path)]
                          for i in range(p.get_piece_size())]
   assert pieces(fresh) == pieces(assets.SYNTHETIC_T5_SPIECE)
+
+
+def test_hypothesis_is_ahead_on_every_seed_and_at_most_one_point_of_r5_lost():
+  from compclip_jax.demo import tables  # pylint: disable=import-outside-toplevel
+  rows = tables.HYPOTHESIS_SWAP + tables.HYPOTHESIS_R5
+  cols = {"clip": {r: [0.5, 0.5, 0.5] for r in rows}, "clic": {r: [0.6, 0.51, 0.7] for r in rows}}
+  cols["clic"]["retrieval text R@5"] = [0.49, 0.49, 0.49]  # −1 point on every seed: allowed
+  assert tables.hypothesis_met(cols, "clic", "clip")
+  line = tables.hypothesis_table(cols, [("clic", "clip")]).splitlines()[2]
+  assert line == "| clic − clip | +10.0 / +1.0 / +20.0 | +10.0 / +1.0 / +20.0 | +10.3 / -1.0 | yes |"
+  cols["clic"]["retrieval text R@5"] = [0.48, 0.49, 0.49]  # −1.3 points on average
+  assert not tables.hypothesis_met(cols, "clic", "clip")
+  cols["clic"]["retrieval text R@5"] = [0.5, 0.5, 0.5]
+  cols["clic"]["SugarCrepe++ swap ITT"] = [0.6, 0.5, 0.9]  # a tie on one seed is not ahead
+  assert not tables.hypothesis_met(cols, "clic", "clip")
+  assert tables.hypothesis_table(cols, [("clic", "clip")]).endswith("| **no** |")

@@ -163,3 +163,35 @@ def test_gate_reads_collage_halves_against_their_ceiling():
   probes["text"]["binding"] = 0.601
   gaps["swap_obj"] = 0.74  # a gap of 19.7 points on objects
   assert [r["met"] for r in diagnostics.gate(probes, gaps)] == [False, False, False, False]
+
+
+def test_sweep_tables_every_run_beside_the_starting_point_and_its_control(tmp_path, monkeypatch):
+  """The sweep's aggregation with the training faked: each (seed, method) run's before/after rows and its
+  cross-collage swap go into per-seed columns, "pretrained" holds the starting point's (before) values, the control
+  runs first, and summary.{md,json} hold the tables and the values."""
+  from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
+  order = []
+
+  def fake_run(c, seed_dir, name, opts):
+    order.append((c.seed, name))
+    after = {"clip": 0.6, "clic": 0.7}[name] + c.seed / 100
+    return {
+        r: (0.5, after)
+        for r in ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT", "retrieval image R@5", "retrieval text R@5")
+    }
+
+  monkeypatch.setattr(demo, "run", fake_run)
+  monkeypatch.setattr(demo, "starting_point", lambda c, d, opts: (f"{d}/start", None))
+  collage = lambda clip_dir, seed_dir, seed: 0.5 if clip_dir.endswith("start") else 0.8 + seed / 100
+  monkeypatch.setattr(diagnostics, "collage_swap", collage)
+  monkeypatch.setattr(demo.demo_plots, "plot_summary", lambda cols, path: None)
+  cols = demo.sweep(["clic", "clip"], [0, 1], str(tmp_path))
+  assert order == [(0, "clip"), (0, "clic"), (1, "clip"), (1, "clic")]  # controls first
+  assert cols["pretrained"]["SugarCrepe swap (mean)"] == [0.5, 0.5
+                                                         ] and cols["pretrained"][demo.COLLAGE_SWAP] == [0.5] * 2
+  assert cols["clic"]["SugarCrepe swap (mean)"] == [0.7, 0.71] and cols["clic"][demo.COLLAGE_SWAP] == [0.8, 0.81]
+  saved = json.load(open(tmp_path / "summary.json"))
+  assert saved["cols"] == cols and saved["seeds"] == [0, 1] and saved["family"] == "clip"
+  md = (tmp_path / "summary.md").read_text()
+  assert "| clic − clip | +10.0 ± 0.0 (+10.0 / +10.0) | +10.0 ± 0.0 (+10.0 / +10.0) |" in md
+  assert "| clic − clip | +10.0 / +10.0 | +10.0 / +10.0 | +10.0 / +10.0 | yes |" in md  # the hypothesis
