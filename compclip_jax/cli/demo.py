@@ -45,7 +45,8 @@ _DIAGNOSE = flags.DEFINE_string(
     "held-out scenes.")
 _NEGATIVE_KINDS = flags.DEFINE_bool(
     "negative_kinds", False, "Instead: what CLIC's hard negatives trade on <workdir>/world's first sentences (the "
-    "exact distribution, by kind of word), the swap-twin rate and the caption lengths (issue 31's rules 1–3).")
+    "exact distribution, by kind of word), the swap-twin rate and the caption lengths (the gate's rules 1–3, "
+    "docs/demo.md).")
 _ALLOW = flags.DEFINE_list(
     "allow_config_change", [], "With --method: config keys (or dotted prefixes) whose change from the runs recorded "
     "in --workdir is accepted on resume, as python -m compclip_jax.main takes them, e.g. total_steps,optim.lr.")

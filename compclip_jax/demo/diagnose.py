@@ -140,10 +140,10 @@ def collage_swap_accuracy(enc, data_dir: str, image_dir: str, image_ref) -> floa
 
 
 def world_gate(world: str, n_pairs: int = 2000, seed: int = 0) -> dict:
-  """Issue 31's rules 1–3 measured on a written world (`<world>/clic_rows.csv`, `scenes.json`): the words of the
-  first sentences and of the further sentences (min, max), further sentences per row (min, max), the swap-twin rate
-  in batches of 32 (`swap_twin_rate`), and CLIC's negatives by kind (`clic_negative_kinds`, exact over n_pairs
-  random pairs) with the share that trades two content words of one kind."""
+  """The gate's rules 1–3 (docs/demo.md) measured on a written world (`<world>/clic_rows.csv`, `scenes.json`): the
+  words of the first sentences and of the further sentences (min, max), further sentences per row (min, max), the
+  swap-twin rate in batches of 32 (`swap_twin_rate`), and CLIC's negatives by kind (`clic_negative_kinds`, exact
+  over n_pairs random pairs) with the share that trades two content words of one kind."""
   from compclip_jax.data.sources import CsvSource  # pylint: disable=import-outside-toplevel
   rows = [sentences for _, sentences in CsvSource(os.path.join(world, "clic_rows.csv"), image_root="").rows]
   with open(os.path.join(world, "scenes.json")) as f:
@@ -226,7 +226,7 @@ def swap_twin_rate(scenes: list[dict], batch: int = 32, seed: int = 0) -> float:
   """The share of images that find their exact colour-swapped twin in their own batch (random batches of `batch`
   without replacement, as the training pipeline draws them): another image with the same two shapes whose colours
   are exchanged ({(c2, s1), (c1, s2)} for {(c1, s1), (c2, s2)}; sizes, textures, places and scene free). Such a
-  twin is a NegCLIP-like hard negative that plain contrastive fine-tuning gets for free (issue 31 rule 2: < 1 %)."""
+  twin is a NegCLIP-like hard negative that plain contrastive fine-tuning gets for free (the gate's rule 2: < 1 %)."""
   binding = lambda objs: tuple(sorted((o[1], o[2]) for o in objs))
   keys = [binding(sc["objects"]) for sc in scenes]
   twins = [binding(synthetic.colours_exchanged(sc)["objects"]) for sc in scenes]

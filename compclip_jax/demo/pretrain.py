@@ -22,12 +22,12 @@ class DemoOptions:
   """The demo's own settings: what the fine-tuning starts from (the fine-tuning itself is `configs/<m>.py:demo`).
 
   By default the demo starts from the pretrained models shipped in the package for the tower family `family`
-  (`shipped.root`: "clip", or "siglip" — a tiny SigLIP made the same way, issue 30; made by `--pretrain=DIR` with
+  (`shipped.root`: "clip", or "siglip" — a tiny SigLIP made the same way; made by `--pretrain=DIR` with
   these defaults); `from_scratch` trains them in the workdir instead (seeded by the run's seed),
   in three stages (docs/demo.md): collage contrastive (both towers), binding (both towers, NegCLIP's swap negatives),
   then a text tower from scratch against the frozen vision tower on single images and captions of `bag_noise`
-  (bag-of-words). The text tower that is fine-tuned never sees a concatenated image or a method's negative (issue 31
-  rule 4): the first two stages' text tower is thrown away."""
+  (bag-of-words). The text tower that is fine-tuned never sees a concatenated image or a method's negative (the
+  gate, docs/demo.md): the first two stages' text tower is thrown away."""
   from_scratch: bool = False
   family: str = "clip"  # the towers: "clip" or "siglip" (the same stages; each loss in its family's form)
   # the model pretrained from scratch (model.random): "demo" is the family's demo size (CLIP "demo", SigLIP
@@ -39,7 +39,7 @@ class DemoOptions:
   # concatenated inputs would otherwise be unlike anything the frozen vision tower has seen), plus, weighted by
   # collage_negatives, CLIC's S-Neg term: its cross-collage swaps (a colour, shape, relation or scene word traded
   # between the two halves' sentences) are told apart only by a vision tower that binds within each half. Its text
-  # tower is thrown away (stage 3), so the text tower that is fine-tuned never sees them (issue 31 rule 4).
+  # tower is thrown away (stage 3), so the text tower that is fine-tuned never sees them (the gate, docs/demo.md).
   collage_steps: int = 1000
   collage_negatives: float = 0.0
   # stage 2: both towers with NegCLIP's swap negatives: the image embedding must tell a red square and a blue circle

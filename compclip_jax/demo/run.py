@@ -119,7 +119,7 @@ def report(run_dir: str, workdir: str, method: str) -> dict:
 # ---------------------------------------------------------------------------------------------------- seed sweep
 # What a sweep can run: the methods, and two controls — plain contrastive fine-tuning on the same data and steps,
 # with what CLIC and NegCLIP train (the text side; "clip") and with what READ trains (all of CLIP; "clip_all") — and
-# the ablations: a method's config with values changed, nothing else (issue 31 rule 7).
+# the ablations: a method's config with values changed, nothing else.
 ABLATIONS = {
     "clic_no_sneg": ("clic", ("clic.w_sneg=0.0",)),  # no S-Neg term: CLIC's negatives unused
     "clic_single": ("clic", ("clic.concat=False",)),  # METHODS §1.5: single images, single-sentence swaps
