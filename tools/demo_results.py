@@ -21,6 +21,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from compclip_jax.demo import diagnose  # noqa: E402
+from compclip_jax.demo import plots  # noqa: E402
 from compclip_jax.demo import run as demo  # noqa: E402
 from compclip_jax.demo import tables  # noqa: E402
 
@@ -49,7 +51,6 @@ def _slim(row: dict) -> dict:
 def collect(workdir: str, seconds: float, command: str) -> str:
   """The record of the sweep in `workdir` (its summary.json, each run's metrics rows, each seed world's CLIC
   negative kinds) → docs/demo_measured/sweep_<family>.json; returns its path."""
-  from compclip_jax.demo import diagnose  # pylint: disable=import-outside-toplevel
   with open(os.path.join(workdir, "summary.json")) as f:
     summary = json.load(f)
   runs, kinds = {}, {}
@@ -130,7 +131,6 @@ def render_family(family: str) -> str:
 def render_gate(family: str) -> str:
   """docs/demo.md's block of one family's starting point: `--diagnose`'s record (docs/demo_measured/gate_<family>.json)
   as `--diagnose` prints it."""
-  from compclip_jax.demo import diagnose  # pylint: disable=import-outside-toplevel
   path = os.path.join(MEASURED, f"gate_{family}.json")
   if not os.path.exists(path):
     return f"Not measured: no `docs/demo_measured/gate_{family}.json`."
@@ -157,15 +157,10 @@ def render_headline() -> str:
       cells = []
       for row in rows:
         diffs = [a - b for a, b in zip(cols[m][row], cols[c][row])]
-        cells.append("{:+.1f} ± {:.1f}".format(*_mean_std_points(diffs)))
+        cells.append("{:+.1f} ± {:.1f}".format(*plots.mean_std(diffs)))
       met = "yes" if tables.hypothesis_met(cols, m, c) else "no"
       lines.append(f"| {family} | {m} − {c} | " + " | ".join(cells) + f" | {met} |")
   return "\n".join(lines)
-
-
-def _mean_std_points(diffs: list[float]) -> tuple[float, float]:
-  from compclip_jax.demo import plots  # pylint: disable=import-outside-toplevel
-  return plots.mean_std(diffs)
 
 
 def blocks() -> dict[tuple[str, str], str]:
@@ -191,7 +186,6 @@ def page_block(text: str, name: str) -> str | None:
 
 def figures() -> list[str]:
   """Draws every figure the blocks name (docs/demo_summary_<family>.png, seed 0's report figures) → their paths."""
-  from compclip_jax.demo import plots  # pylint: disable=import-outside-toplevel
   out = []
   for family in FAMILIES:
     r = load(family)
