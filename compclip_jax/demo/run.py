@@ -36,7 +36,9 @@ from compclip_jax import methods
 from compclip_jax.cli import config_files
 from compclip_jax.demo import plots as demo_plots
 from compclip_jax.demo.pretrain import DemoOptions, on_world, starting_point
-from compclip_jax.demo.tables import before_after, hypothesis_table, paired_table, report_table, summary_table
+from compclip_jax.demo import diagnose as diagnostics
+from compclip_jax.demo.tables import (COLLAGE_SWAP, before_after, hypothesis_table, paired_table, report_table,
+                                      summary_table)
 from compclip_jax.data import synthetic
 from compclip_jax.errors import UserError
 from compclip_jax.train import config as config_lib
@@ -150,8 +152,6 @@ def demo_config(name: str):
 
 sweep_config = demo_config  # the older name
 
-COLLAGE_SWAP = "cross-collage swap (CLIC's task)"  # the sweep's diagnostic row (diagnose.collage_swap)
-
 
 def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = DemoOptions()) -> dict:
   """Every method's demo for every seed (the fine-tuning world, its benchmarks and the runs are seeded; the starting
@@ -161,7 +161,6 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
   report's rows, each model's cross-collage swap test (`COLLAGE_SWAP`: CLIC's own task, a diagnostic). A finished
   run is not retrained: rerunning with another method added trains only that one.
   Returns {column: {label: [value per seed]}}; column "pretrained" is the model all methods start from."""
-  from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
   cols: dict[str, dict[str, list]] = {}
   names = sorted(names, key=lambda m: m not in CONTROL_OF.values())  # controls first: the reports draw them
   for seed in seeds:

@@ -59,8 +59,9 @@ def summary_table(cols: dict, seeds: list[int]) -> str:
   return "\n".join(lines)
 
 
+COLLAGE_SWAP = "cross-collage swap (CLIC's task)"  # the sweep's diagnostic row (diagnose.collage_swap)
 PAIRED_ROWS = ("SugarCrepe swap (mean)", "SugarCrepe++ swap ITT", "SugarCrepe replace (mean)", "retrieval image R@5",
-               "retrieval text R@5", "cross-collage swap (CLIC's task)")
+               "retrieval text R@5", COLLAGE_SWAP)
 
 # The sweep's pre-registered hypothesis, from the papers: each method beats its control (same seed) on held-out swap
 # and SugarCrepe++ swap ITT — ahead on every seed — without losing more than 1 point of R@5 (image or text, mean).
