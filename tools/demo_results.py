@@ -51,6 +51,9 @@ def _slim(row: dict) -> dict:
 def collect(workdir: str, seconds: float, command: str) -> str:
   """The record of the sweep in `workdir` (its summary.json, each run's metrics rows, each seed world's CLIC
   negative kinds) → docs/demo_measured/sweep_<family>.json; returns its path."""
+  if not os.path.exists(os.path.join(workdir, "summary.json")):
+    _refuse(f"{os.path.join(workdir, 'summary.json')} not found: collect reads a finished sweep's workdir (python -m "
+            "compclip_jax.demo --workdir=DIR --seeds=0,1,2 writes it)")
   with open(os.path.join(workdir, "summary.json")) as f:
     summary = json.load(f)
   runs, kinds = {}, {}
@@ -80,10 +83,6 @@ def load(family: str) -> dict | None:
     return None
   with open(record_path(family)) as f:
     return json.load(f)
-
-
-def _controlled(cols: dict) -> list[tuple[str, str]]:
-  return [(m, demo.CONTROL_OF[m]) for m in cols if demo.CONTROL_OF.get(m) in cols]
 
 
 def _minutes(seconds: float) -> str:
@@ -116,10 +115,10 @@ def render_family(family: str) -> str:
       "(CLIC's own task, a diagnostic):",
       tables.summary_table(cols, seeds),
       tables.paired_table(cols),
-      tables.paired_table(cols, _controlled(cols), "change beyond its control"),
+      tables.paired_table(cols, demo.controlled_pairs(cols), "change beyond its control"),
       "The hypothesis, method by method (ahead of its control on every seed on both swap rows; no more than 1 point "
       "of R@5 lost on average):",
-      tables.hypothesis_table(cols, _controlled(cols)),
+      tables.hypothesis_table(cols, demo.controlled_pairs(cols)),
       "What CLIC's hard negatives trade on each seed's world (`python -m compclip_jax.demo --negative_kinds "
       "--workdir=runs/sweep/seed<k>`):",
       _kinds_table(r["negative_kinds"]),
@@ -211,24 +210,35 @@ def write() -> None:
     with open(path) as f:
       old = f.read()
     if page_block(old, name) is None:
-      raise SystemExit(f"{page}: no block {name} (add <!-- demo_results:{name} --> and <!-- /demo_results:{name} -->)")
+      _refuse(f"{page}: no block {name} (add <!-- demo_results:{name} --> and <!-- /demo_results:{name} -->)")
     with open(path, "w") as f:
       f.write(_pattern(name).sub(lambda m: m.group(1) + text + m.group(3), old))
   for path in figures():
     print(os.path.relpath(path, ROOT))
 
 
+def _refuse(message: str) -> None:
+  print(f"demo_results: {message}", file=sys.stderr)
+  raise SystemExit(2)
+
+
 def main(argv: list[str]) -> None:
   if argv[:1] == ["collect"]:
-    args = dict(a[2:].split("=", 1) for a in argv[2:])
-    print(collect(argv[1], float(args["seconds"]), args["command"]))
+    args = dict(a[2:].split("=", 1) for a in argv[2:] if a.startswith("--") and "=" in a)
+    if len(argv) < 2 or argv[1].startswith("--") or set(args) != {"seconds", "command"} or len(args) != len(argv) - 2:
+      _refuse('usage: collect WORKDIR --seconds=S --command="…" (S: the sweep\'s wall time in seconds)')
+    try:
+      seconds = float(args["seconds"])
+    except ValueError:
+      _refuse(f"--seconds={args['seconds']}: a number of seconds")
+    print(collect(argv[1], seconds, args["command"]))
   elif argv[:1] == ["render"]:
     for (page, name), text in blocks().items():
       print(f"--- {page}: {name}\n{text}\n")
   elif argv[:1] == ["write"]:
     write()
   else:
-    raise SystemExit(__doc__)
+    _refuse(__doc__)
 
 
 if __name__ == "__main__":

@@ -72,8 +72,7 @@ def diagnose(clip_dir: str, workdir: str, seed: int = 0, n_benchmark: int = 300)
   enc = Encoder(model, tok, pre, batch_size=256, progress=False)
   probes = demo_probe.probes(lambda paths: enc.images([ImageRef(p) for p in paths]), enc.texts,
                              os.path.join(workdir, "probe"))
-  dirs = synthetic_benchmarks.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n_benchmark,
-                                               seed + evaluators.SYNTHETIC_SEED_OFFSET)
+  dirs = _benchmarks(workdir, seed, n_benchmark)
   sc = evaluators.run_benchmarks(enc, ["sugarcrepe"], dirs["data_dir"], dirs["image_dir"])["sugarcrepe"]["metrics"]
   gaps = {k: sc[k] for _, *ks in GAP_ROWS for k in ks}
   collage = collage_swap_accuracy(enc, dirs["data_dir"], dirs["image_dir"], ImageRef)
@@ -120,13 +119,19 @@ def collage_swap(clip_dir: str, workdir: str, seed: int, n_benchmark: int = 300)
   """The cross-collage swap test (`collage_swap_accuracy`) of the CLIP (or SigLIP) in HF directory `clip_dir` on the
   held-out benchmarks of `seed` in `<workdir>/world/benchmarks` (the fine-tuning's own files; written if absent)."""
   from compclip_jax.weights import loading  # pylint: disable=import-outside-toplevel
-  from compclip_jax.evaluators import run as evaluators  # pylint: disable=import-outside-toplevel
   from compclip_jax.evaluators.encoding import Encoder  # pylint: disable=import-outside-toplevel
   from compclip_jax.evaluators.tasks import ImageRef  # pylint: disable=import-outside-toplevel
-  dirs = synthetic_benchmarks.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n_benchmark,
-                                               seed + evaluators.SYNTHETIC_SEED_OFFSET)
+  dirs = _benchmarks(workdir, seed, n_benchmark)
   enc = Encoder(*loading.load_clip(clip_dir), batch_size=256, progress=False)
   return collage_swap_accuracy(enc, dirs["data_dir"], dirs["image_dir"], ImageRef)
+
+
+def _benchmarks(workdir: str, seed: int, n: int) -> dict:
+  """The held-out benchmarks of `seed` in `<workdir>/world/benchmarks`, as fine-tuning writes them (written if
+  absent) → write_benchmarks' {"data_dir", "image_dir", …}."""
+  from compclip_jax.evaluators import run as evaluators  # pylint: disable=import-outside-toplevel
+  return synthetic_benchmarks.write_benchmarks(os.path.join(workdir, "world", "benchmarks"), n,
+                                               seed + evaluators.SYNTHETIC_SEED_OFFSET)
 
 
 def collage_swap_accuracy(enc, data_dir: str, image_dir: str, image_ref) -> float:

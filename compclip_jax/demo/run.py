@@ -179,7 +179,7 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
         cols.setdefault(m, {}).setdefault(label, []).append(after)
   if jax.process_index() == 0:
     text = summary_table(cols, seeds) + "\n\n" + paired_table(cols)
-    controlled = [(m, CONTROL_OF[m]) for m in cols if CONTROL_OF.get(m) in cols]
+    controlled = controlled_pairs(cols)
     if controlled:
       text += "\n\n" + paired_table(cols, controlled, "change beyond its control")
       text += "\n\n" + hypothesis_table(cols, controlled)
@@ -190,6 +190,11 @@ def sweep(names: list[str], seeds: list[int], workdir: str, opts: DemoOptions = 
       json.dump({"seeds": seeds, "family": opts.family, "cols": cols}, f, indent=1)
     demo_plots.plot_summary(cols, os.path.join(workdir, "summary.png"))
   return cols
+
+
+def controlled_pairs(cols: dict) -> list[tuple[str, str]]:
+  """(method, its control) for each column of a sweep's `cols` whose control is a column too."""
+  return [(m, CONTROL_OF[m]) for m in cols if CONTROL_OF.get(m) in cols]
 
 
 # each method's control: plain contrastive fine-tuning of what the method trains (an ablation: its method's)
