@@ -3,6 +3,8 @@ import glob
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -170,6 +172,11 @@ def test_tpu_stop_signals_training_but_not_itself():
     pytest.skip("a real compclip_jax.main runs on this machine; the stop command would signal it too")
   fake = subprocess.Popen(["bash", "-c", 'exec -a "python -m compclip_jax.main --config=x" sleep 60'])
   try:
+    # The fake's command line is readable only once its exec has finished; signalling earlier finds nothing.
+    for _ in range(100):
+      if (Path(f"/proc/{fake.pid}/cmdline").read_bytes().startswith(b"python -m compclip_jax.main")):
+        break
+      time.sleep(0.05)
     out = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "SIGTERM sent on" in out.stdout, out
     assert fake.wait(timeout=10) == -15
