@@ -1,5 +1,5 @@
-# `python -m compclip_jax.main`, kept for one release: the command is compclip_jax/cli/main.py (its docstring is
-# this module's too: absl prints __main__'s docstring for --help).
+# `python -m compclip_jax.main`: the training command (the same as `python -m compclip_jax train`); its flags and
+# docstring are compclip_jax/cli/main.py's (absl prints __main__'s docstring for --help).
 from compclip_jax.cli.main import __doc__, run  # noqa: F401
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 # Only pure-Python wheels and three small binary ones (msgpack, PyYAML, Pillow) travel; jax, jaxlib and the CUDA
 # plugin are the machine's own (a venv with --system-site-packages sees them). flax is installed without its
 # declared dependencies: `flax.nnx` does not import orbax-checkpoint or tensorstore, which are not needed here.
-# Extra arguments go to `python -m compclip_jax.bench_device` (--only=clic, --steps=5, --budget_s=420, …).
+# Extra arguments go to `python -m compclip_jax bench_device` (--only=clic, --steps=5, --budget_s=420, …).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=launch/wheels_device
@@ -24,7 +24,7 @@ usage: bash launch/bench_device.sh --download | [--dry-run] [--smoke] [bench_dev
   --download   fetch the wheels the benchmark needs into $WHEELS (needs PyPI; run it before going offline)
   --dry-run    print the venv, install and benchmark commands instead of running them
   --smoke      tiny widths and batches: seconds on a CPU (what tests/cli/test_bench_device.py runs)
-  other arguments go to python -m compclip_jax.bench_device (--only=clic, --steps=5, --budget_s=420, ...)
+  other arguments go to python -m compclip_jax bench_device (--only=clic, --steps=5, --budget_s=420, ...)
 USAGE
 }
 RUN=
@@ -58,4 +58,4 @@ if [[ -n "$RUN" || ! -x "$VENV/bin/python" ]]; then
 fi
 $RUN "$VENV/bin/python" -c "import jax; print('jax', jax.__version__, jax.devices())"
 # the whole table is designed to fit in 8 minutes: rows not started after --budget_s (420 s) are skipped
-$RUN env PYTHONPATH="$PWD" timeout 480 "$VENV/bin/python" -m compclip_jax.bench_device "$@"
+$RUN env PYTHONPATH="$PWD" timeout 480 "$VENV/bin/python" -m compclip_jax bench_device "$@"

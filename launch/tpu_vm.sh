@@ -11,7 +11,7 @@ usage: launch/tpu_vm.sh [options] COMMAND [options] [-- <python -m compclip_jax.
 
 commands (in the order of a run):
   check    here, before anything is booked: will the training flags after -- fit --accelerator? Every step
-           kind compiled by libtpu for that slice on this machine (python -m compclip_jax.compile
+           kind compiled by libtpu for that slice on this machine (python -m compclip_jax compile
            --require_fit; needs pip install -r requirements-tpu-compile.txt; docs/tpu.md "Will my run fit?";
            a --config.model.init path must exist here, or use --config.model.random=ViT-B-32 of the same shape)
   create   create the TPU VM            (--accelerator, --version, --spot | --preemptible)
@@ -147,7 +147,7 @@ on_workers() {
 # used): only --config and --config.* are handed on; a GCP accelerator type (v5litepod-8) becomes its slice name.
 check_command() {
   local a
-  check_cmd=(python -m compclip_jax.compile --topology="${accelerator/v5litepod-/v5e-}" --require_fit)
+  check_cmd=(python -m compclip_jax compile --topology="${accelerator/v5litepod-/v5e-}" --require_fit)
   for a in "$@"; do
     case "$a" in --config=*|--config.*) check_cmd+=("$a") ;; esac
   done

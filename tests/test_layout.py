@@ -44,7 +44,7 @@ def test_the_library_never_imports_the_cli_or_the_demo():
 # "clip" (the model's own name in checkpoints) and "read" (a skip stage) are ordinary strings: the code check is for
 # the method names no other meaning has. Known, to be renamed: the synthetic world's CSV file "clic_rows.csv".
 CODE = ("clic", "negclip")
-KNOWN = {("data/synthetic.py", "clic")}
+KNOWN = {("data/synthetic/scenes.py", "clic")}
 
 
 def _code_names(rel):

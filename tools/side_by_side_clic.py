@@ -93,9 +93,9 @@ from utils.train_utils import get_optim_param_dict, get_scheduler_dict, set_data
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from compclip_jax.cli import bench_device as bd  # noqa: E402
+from compclip_jax.bench import device as bd  # noqa: E402
 from compclip_jax.train import config as common  # noqa: E402
-from compclip_jax.train import sharding  # noqa: E402
+from compclip_jax import sharding  # noqa: E402
 
 RUNS = int(sys.argv[1])
 OPTS = dict(a.split("=", 1) for a in sys.argv[2:])

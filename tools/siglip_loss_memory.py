@@ -23,7 +23,7 @@ def measure(batch: int, width: int = WIDTH, topology: str = "v5e:2x4") -> dict:
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=import-outside-toplevel
-  from compclip_jax.cli import tpu  # pylint: disable=import-outside-toplevel
+  from compclip_jax.train import tpus as tpu  # pylint: disable=import-outside-toplevel
   from compclip_jax.models.siglip.loss import sharded_sigmoid_loss, sigmoid_loss  # pylint: disable=import-outside-toplevel
   from compclip_jax.train import aot  # pylint: disable=import-outside-toplevel
   mesh = Mesh(np.array(tpu.compile_only_devices(topology)), ("data",))

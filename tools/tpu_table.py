@@ -1,4 +1,4 @@
-"""The measured tables of docs/tpu.md: each row is one `python -m compclip_jax.compile` command whose JSON lies in
+"""The measured tables of docs/tpu.md: each row is one `python -m compclip_jax compile` command whose JSON lies in
 docs/tpu_measured/<case>.json; this tool runs the commands and renders the tables from those files, so every number
 in the doc comes from a file the compiler wrote (tests/cli/test_tpu_table.py checks the doc against them).
 
@@ -51,7 +51,7 @@ def command(case: str) -> list[str]:
   _, method, _, topology, slices, extra = CASES[case]
   out = f"docs/tpu_measured/{case}.json"  # relative to the checkout (the command runs there)
   return [
-      sys.executable, "-m", "compclip_jax.compile", f"--config=configs/{method}.py", f"--topology={topology}",
+      sys.executable, "-m", "compclip_jax", "compile", f"--config=configs/{method}.py", f"--topology={topology}",
       f"--num_slices={slices}", *extra, f"--output={out}"
   ]
 

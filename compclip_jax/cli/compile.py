@@ -1,13 +1,13 @@
-"""python -m compclip_jax.compile: will this config fit that TPU? Every step kind the config runs, compiled on this
+"""python -m compclip_jax compile: will this config fit that TPU? Every step kind the config runs, compiled on this
 host for a TPU topology's compile-only devices (libtpu's compiler; nothing runs, no weights are read beyond the
 config's model), with the trainer's own state, rules, optimiser and shardings at the config's global batch.
 
-  python -m compclip_jax.compile --config=configs/clic.py --topology=v5e-8 [--config.KEY=VALUE …] [--output=F.json]
-  python -m compclip_jax.compile --config=configs/read.py --topology=v5e:2x4 --find_batch
+  python -m compclip_jax compile --config=configs/clic.py --topology=v5e-8 [--config.KEY=VALUE …] [--output=F.json]
+  python -m compclip_jax compile --config=configs/read.py --topology=v5e:2x4 --find_batch
 
 Prints one Markdown row per step kind: HBM per device (arguments, outputs, donated aliases, temporaries, code)
 against the device's HBM, fits with its margin, the compiler's FLOPs and bytes accessed per device, collectives by
-kind with their bytes, a roofline step time (max of FLOPs ÷ peak and bytes ÷ HBM bandwidth: compclip_jax/cli/tpu.py
+kind with their bytes, a roofline step time (max of FLOPs ÷ peak and bytes ÷ HBM bandwidth: compclip_jax/train/tpus.py
 cites the figures), the samples/s and MFU that implies, and the compile time. Needs libtpu
 (`pip install -r requirements-tpu-compile.txt`); docs/tpu.md has the measured tables.
 """
@@ -21,7 +21,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
-from compclip_jax.cli import config_files, tpu
+from compclip_jax import recipes as config_files
+from compclip_jax.train import tpus as tpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<method>.py[:arg]).", lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "A slice (v5e-8, v4-8, v5p-128, …) or a topology (v5e:2x4).",

@@ -1,7 +1,7 @@
 """Convert a CLIP checkpoint between formats.
 
-  python -m compclip_jax.convert --src=PATH --dst=PATH --to=hf|open_clip|compclip [--model_name=ViT-B-32-quickgelu]
-  python -m compclip_jax.convert --src=WORKDIR[/checkpoints/N] --dst=DIR [--to=hf|open_clip]
+  python -m compclip_jax convert --src=PATH --dst=PATH --to=hf|open_clip|compclip [--model_name=ViT-B-32-quickgelu]
+  python -m compclip_jax convert --src=WORKDIR[/checkpoints/N] --dst=DIR [--to=hf|open_clip]
 
 `--src` is anything `load_clip` reads (HF directory, open_clip file, compclip directory). `--dst` is a directory
 for hf/compclip, and a `.safetensors` file (or a directory) for open_clip. Nothing is downloaded; torch is only needed
@@ -9,7 +9,7 @@ when `--src` is a torch pickle.
 
 `--src` a training workdir (its latest checkpoint) or one of its `checkpoints/N`: the new folder `--dst` receives
 what the end of training writes to `<workdir>/export` (`hf/`, `open_clip/model.safetensors` as the run's `export.*`
-config says; `--to` only that format), by training's own export code (compclip_jax/cli/export_run.py) — an export
+config says; `--to` only that format), by training's own export code (compclip_jax/train/export.py) — an export
 after Ctrl-C, or of an earlier step.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 
 from absl import flags
 
-from compclip_jax.cli import export_run
+from compclip_jax.train import export as export_run
 from compclip_jax.cli import app as cli
 from compclip_jax.errors import UserError
 from compclip_jax.weights.files import FORMATS  # jax-free: a mistake is answered before jax is imported

@@ -1,7 +1,7 @@
 """Evaluate a CLIP checkpoint on the compositional benchmarks, retrieval and zero-shot classification (the flags and
 `main`; the library is `compclip_jax.evaluators.run`, which the trainer and the notebooks use).
 
-  python -m compclip_jax.evaluate --model=PATH --benchmark=sugarcrepe,sugarcrepe_pp --data_dir=DIR --image_dir=DIR \
+  python -m compclip_jax evaluate --model=PATH --benchmark=sugarcrepe,sugarcrepe_pp --data_dir=DIR --image_dir=DIR \
       --output=OUT_DIR [--tie=strict|lenient]
 
 `--data_dir` holds one folder per benchmark (`sugarcrepe/*.json`, `valse/*.json`, `aro/…`, `retrieval/…`);

@@ -24,7 +24,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
-from compclip_jax.cli import config_files, host_memory
+from compclip_jax.cli import host_memory
+from compclip_jax import recipes as config_files
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<method>.py[:arg]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and exports go here.", required=True)

@@ -1,7 +1,7 @@
-"""python -m compclip_jax.prepare: the prepared training format (compclip_jax/data/prepare.py says what it holds).
+"""python -m compclip_jax prepare: the prepared training format (compclip_jax/data/prepare.py says what it holds).
 
-  python -m compclip_jax.prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
-  python -m compclip_jax.prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
+  python -m compclip_jax prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
+  python -m compclip_jax prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
   … --format=tfds [--tfds_name=NAME]        # the same records as the TFDS dataset DIR/NAME/1.0.0 (data.source=tfds)
 
 An input without usable rows, or with more rows skipped than training accepts (--max_skip_fraction, the default of

@@ -1,11 +1,11 @@
-"""python -m compclip_jax.synthetic --t5_tokenizer=OUT.model: trains the SentencePiece model of the synthetic world's
-fixed vocabulary (what compclip_jax/assets/synthetic_spiece.model is; compclip_jax/data/synthetic.py)."""
+"""python -m compclip_jax synthetic --t5_tokenizer=OUT.model: trains the SentencePiece model of the synthetic world's
+fixed vocabulary (what compclip_jax/assets/synthetic_spiece.model is; compclip_jax/data/synthetic/scenes.py)."""
 from __future__ import annotations
 
 from absl import flags
 
 from compclip_jax.cli import app as cli
-from compclip_jax.data import synthetic_tokenizer
+from compclip_jax.data.synthetic import tokenizer as synthetic_tokenizer
 
 _T5_TOKENIZER = flags.DEFINE_string(
     "t5_tokenizer", None, "Write the random T5 decoder's SentencePiece model, trained "

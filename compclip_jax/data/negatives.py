@@ -2,7 +2,7 @@
 own negatives are in its folder, compclip_jax/methods/<name>/negatives.py).
 
 - `Analysis` / `SpacyTagger`: tokens, coarse POS (full pipeline), noun chunks and verb-phrase matches of a sentence,
-  cached once per dataset (`python -m compclip_jax.prepare` stores it) or once per sentence (the tagger's memo);
+  cached once per dataset (`python -m compclip_jax prepare` stores it) or once per sentence (the tagger's memo);
 - the single-sentence swap (METHODS §1.5): two distinct eligible words of one POS trade places;
 - word-level edits (`replace_word`, `swap_words`, `join`) and the choice trees the builders are written as: a builder
   walks its random choices with `Draw` (an np.random.Generator) or, under `distribution`, every branch with its

@@ -24,7 +24,7 @@ import collections
 import dataclasses
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import grain
 import numpy as np
@@ -35,8 +35,16 @@ from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.records import MAX_SKIP_FRACTION, BadRecord, SkipCounter
 from compclip_jax.data.tokenizers import CLIPTokenizer, T5Tokenizer
 
-if TYPE_CHECKING:  # the data layer does not import the methods (which import it); kinds arrive as objects
-  from compclip_jax.methods.base import StepKind
+
+class StepKind(Protocol):
+  """What the pipeline reads of a method's step kind (compclip_jax/methods/base.StepKind satisfies it; the data
+  layer does not import the methods, which import it)."""
+  name: str  # keys the layout and the data state
+  sample: Callable  # (record, partner or None, rng, tagger, options) → {"image", "texts", …}
+  partner: Callable[[Any], bool]  # (options) → whether a sample takes a partner record
+  t5_target: bool  # the sample has a "target" caption for the decoder's tokenizer
+  min_sentences: int  # records with fewer sentences are skipped
+
 
 PARTNER_RETRIES = 3
 

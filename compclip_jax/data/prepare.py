@@ -1,7 +1,7 @@
 """Build the prepared training format: ArrayRecord shards of pre-resized images, sentences and cached POS analysis.
 
-  python -m compclip_jax.prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
-  python -m compclip_jax.prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
+  python -m compclip_jax prepare --csv=rows.csv --image_root=IMAGES --out=DIR            # CLIC rows
+  python -m compclip_jax prepare --coco_json=dataset_coco.json --image_root=COCO --out=DIR [--paraphrases=P.json]
 
 Each record keeps the CLIC half image (squashed to 112×224 or 224×112 from the original, METHODS §1.2 step 3), the
 eval crop for CLIP/READ/NegCLIP steps, the sentences, and spaCy's analysis (tokens, coarse POS from the full pipeline,

@@ -6,7 +6,7 @@ from typing import Callable
 
 from compclip_jax.data.sources import CocoSource, CsvSource, PreparedSource, read_paraphrases
 from compclip_jax.data.tfds_source import TfdsError, TfdsSource
-from compclip_jax.data.world import SYNTHETIC_FORMATS, synthetic_source
+from compclip_jax.data.synthetic.world import SYNTHETIC_FORMATS, synthetic_source
 
 # ------------------------------------------------------------------------------------ the synthetic world as data
 SOURCES = ("csv", "coco", "prepared", "tfds", "synthetic")

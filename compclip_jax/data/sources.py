@@ -1,5 +1,5 @@
 """Data sources with random access: CLIC CSV rows, COCO-style caption JSON, the prepared ArrayRecord format (the
-synthetic world is data/world.py; data/source_config.py builds the one a config's `data` section names).
+synthetic world is data/synthetic/world.py; data/source_config.py builds the one a config's `data` section names).
 
 Every source is a sequence of raw records (`len`, `[i]`, picklable for grain workers) plus
 `materialize(raw) -> record` which reads the image and raises `BadRecord` (counted, never silent) when it cannot.
@@ -250,24 +250,24 @@ def encode_record(rec_id: str, sentences: Sequence[str], half: np.ndarray, full:
 
 
 class PreparedSource:
-  """ArrayRecord shards written by `python -m compclip_jax.prepare`, read with grain (no TensorFlow)."""
+  """ArrayRecord shards written by `python -m compclip_jax prepare`, read with grain (no TensorFlow)."""
   def __init__(self, directory: str):
     meta_path = os.path.join(directory, PREPARED_META)
     if not os.path.exists(meta_path):
-      raise FileNotFoundError(f"{directory}: no {PREPARED_META}; build it with python -m compclip_jax.prepare")
+      raise FileNotFoundError(f"{directory}: no {PREPARED_META}; build it with python -m compclip_jax prepare")
     with open(meta_path) as f:
       self.meta = json.load(f)
     if self.meta.get("output") == "tfds":
       raise ValueError(f"{directory} holds a TFDS dataset (prepare --format=tfds): read it with data.source=tfds "
                        f"data.tfds_data_dir={directory} data.tfds_name={self.meta['tfds_name']}")
     if not self.meta.get("complete"):
-      raise ValueError(f"{directory}: preparation did not finish; rerun python -m compclip_jax.prepare to resume")
+      raise ValueError(f"{directory}: preparation did not finish; rerun python -m compclip_jax prepare to resume")
     pos = self.meta.get("pos_pipeline")
     if self.meta.get("format", 1) < PREPARED_FORMAT or not pos or not pos_pipeline_has_parser(pos):
       # older versions tagged with spaCy's parser off: other coarse POS tags than the references (METHODS §1.2)
       raise ValueError(f"{directory} was prepared by an older version of compclip_jax (format "
                        f"{self.meta.get('format', 1)}, POS pipeline {pos or 'not recorded'}; format {PREPARED_FORMAT} "
-                       "tags with spaCy's full pipeline): re-prepare it with python -m compclip_jax.prepare "
+                       "tags with spaCy's full pipeline): re-prepare it with python -m compclip_jax prepare "
                        "(--rebuild to reuse the folder)")
     import grain  # pylint: disable=import-outside-toplevel
     self.directory = directory

@@ -8,8 +8,8 @@ from collections import Counter
 
 import numpy as np
 
-from compclip_jax.data import synthetic
-from compclip_jax.data import synthetic_benchmarks
+from compclip_jax.data.synthetic import scenes as synthetic
+from compclip_jax.data.synthetic import benchmarks as synthetic_benchmarks
 
 # ------------------------------------------------------------------------------------------------- diagnostics
 GAP_ROWS = (("attributes", "replace_att", "swap_att"), ("objects", "replace_obj", "swap_obj"))

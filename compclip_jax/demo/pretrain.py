@@ -12,7 +12,7 @@ import os
 from compclip_jax import methods
 from compclip_jax.demo import shipped
 from compclip_jax.demo.diagnose import diagnose
-from compclip_jax.data import synthetic
+from compclip_jax.data.synthetic import scenes as synthetic
 from compclip_jax.train import config as config_lib
 from compclip_jax.train import loop as train
 

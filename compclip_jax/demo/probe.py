@@ -14,7 +14,7 @@
   two bindings above their swap. What CLIC's contrastive term needs of the frozen vision tower. Beside it its
   *ceiling*: the same probe on the normalised sum of the two halves' single-image embeddings (`collage_ceiling`).
 The probes are trained on training-world scenes and tested on scenes built on the held-out pairings (compclip_jax/
-data/synthetic.py), once on image embeddings and once on text embeddings of each scene's first sentence ("a small
+data/synthetic/scenes.py), once on image embeddings and once on text embeddings of each scene's first sentence ("a small
 red heart above a large blue star outdoors"): a binding-aware vision tower and a bag-of-words text tower show as a
 high image binding probe beside a text binding probe near chance (the gate's thresholds: diagnose.GATE).
 """
@@ -26,8 +26,8 @@ from typing import Callable
 
 import numpy as np
 
-from compclip_jax.data import synthetic
-from compclip_jax.data import synthetic_benchmarks
+from compclip_jax.data.synthetic import scenes as synthetic
+from compclip_jax.data.synthetic import benchmarks as synthetic_benchmarks
 
 COLOURS, SHAPES = tuple(synthetic.COLORS), synthetic.SHAPES
 BINDINGS = tuple((c, s) for c in COLOURS for s in SHAPES)

@@ -33,13 +33,13 @@ import os
 import jax
 
 from compclip_jax import methods
-from compclip_jax.cli import config_files
+from compclip_jax import recipes as config_files
 from compclip_jax.demo import plots as demo_plots
 from compclip_jax.demo.pretrain import DemoOptions, on_world, starting_point
 from compclip_jax.demo import diagnose as diagnostics
 from compclip_jax.demo.tables import (COLLAGE_SWAP, before_after, hypothesis_table, paired_table, report_table,
                                       summary_table)
-from compclip_jax.data import synthetic
+from compclip_jax.data.synthetic import scenes as synthetic
 from compclip_jax.errors import UserError
 from compclip_jax.train import config as config_lib
 from compclip_jax.train import loop as train

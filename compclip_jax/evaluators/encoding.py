@@ -19,7 +19,7 @@ from PIL import Image, UnidentifiedImageError
 
 from compclip_jax.errors import UserError
 
-from compclip_jax.train import sharding
+from compclip_jax import sharding
 from compclip_jax.data import pipeline as pl
 from compclip_jax.evaluators.tasks import ImageRef
 

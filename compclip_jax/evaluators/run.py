@@ -4,7 +4,7 @@
 "files") or the synthetic world's held-out benchmarks in the real formats ("synthetic", `evals.synthetic_size`
 scenes; written once by process 0 into `evals.data_dir`, default `<workdir>/world/benchmarks`). `run_benchmarks` →
 {benchmark: metrics}; `evaluators.output.markdown` renders them as a table. The trainer, the notebooks and
-`python -m compclip_jax.evaluate` (flags and main only) all call these.
+`python -m compclip_jax evaluate` (flags and main only) all call these.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import time
 from typing import Callable
 
-from compclip_jax.data import synthetic_benchmarks
+from compclip_jax.data.synthetic import benchmarks as synthetic_benchmarks
 from compclip_jax.evaluators import registry, scorers
 from compclip_jax.evaluators.encoding import Encoder
 

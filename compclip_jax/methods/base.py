@@ -134,7 +134,7 @@ class Extension:
   """What a method builds around CLIP (`Method.extend_model`): the whole model and its initial parameters."""
   abstract: nnx.Module  # shape only
   flat: dict  # {dotted path: numpy array} of the whole model, CLIP's parameters included (or ShapeDtypeStructs)
-  t5_tokenizer: Any = None  # the tokenizer of the samples' "target" captions, where the method has one
+  target_tokenizer: Any = None  # the tokenizer of the samples' "target" captions (READ: its decoder's), if any
   export_info: Any = None  # handed back to `Method.export_parts` (e.g. the decoder's config)
 
 
@@ -203,7 +203,7 @@ def per_sample(fn: Callable[[jax.Array], jax.Array], ids: jax.Array) -> jax.Arra
   The captions go through `fn` as [B·K, L], a reshape that keeps the batch axis, and so its sharding, outermost.
   Stacking the ids set by set first merges the sharded batch axis into an inner one, which XLA lays out by
   gathering every caption's activations to every device, layer by layer: CLIC's step (ViT-B/32, global batch 800,
-  v5e-8, bf16 FSDP, no remat; `python -m compclip_jax.compile`) held 17.48 GiB per chip that way, 9.48
+  v5e-8, bf16 FSDP, no remat; `python -m compclip_jax compile`) held 17.48 GiB per chip that way, 9.48
   sample-major (docs/tpu.md). Take one caption of every sample as `out[:, j]` (its rows stay where they are)."""
   b, k, l = ids.shape
   out = fn(ids.reshape(b * k, l))

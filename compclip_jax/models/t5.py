@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compclip_jax.models.clip import DTypes, attention_implementation, check_attention, remat_policy_fn
+from compclip_jax.models.layers import DTypes, attention_implementation, check_attention, remat_policy_fn
 from compclip_jax.models.layers import Linear
 
 
@@ -110,7 +110,7 @@ class RMSNorm(nnx.Module):
 class T5Attention(nnx.Module):
   """Attention without 1/√d scaling; block 0's self-attention owns the relative position bias table.
 
-  `attention` (models.clip.ATTENTION): "explicit" is the formulation the parity test pins; the fused ones call
+  `attention` (models.layers.ATTENTION): "explicit" is the formulation the parity test pins; the fused ones call
   `jax.nn.dot_product_attention` with scale 1 and the bias. Dropout on the attention probabilities (READ's frozen
   decoder in train mode) is not something the fused kernels do, so with a dropout key the explicit path runs.
   """

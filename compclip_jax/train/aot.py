@@ -20,7 +20,8 @@ from compclip_jax import methods
 from compclip_jax.errors import UserError
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.models.clip import clip_of
-from compclip_jax.train import sharding, state, trainer
+from compclip_jax.train import state, trainer
+from compclip_jax import sharding
 
 # collective ops of an HLO module, counted with their result bytes (one line per op, `-start` for async pairs)
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")

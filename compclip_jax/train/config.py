@@ -58,7 +58,7 @@ def _model() -> dict:
 def _data() -> dict:
   # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
   # data.source: csv, coco, prepared (data.path), tfds (below) or synthetic: the generated world
-  # (compclip_jax/data/synthetic.py) of data.synthetic_size scenes seeded by `seed`, written once into data.path
+  # (compclip_jax/data/synthetic/scenes.py) of data.synthetic_size scenes seeded by `seed`, written once into data.path
   # (default <workdir>/world), read as CSV rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco");
   # synthetic_binding_noise p: each caption names the two objects with their colours exchanged with probability p and,
   # independently, their shapes exchanged with probability p (the demo's pretraining uses 0.5).
@@ -124,7 +124,7 @@ def base(method: Method) -> ml_collections.ConfigDict:
   c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
   c.export = dict(hf=True, open_clip=False)
   # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
-  # eval/<benchmark>/<metric>. Names as for python -m compclip_jax.evaluate. Lists are tuples so that they can be
+  # eval/<benchmark>/<metric>. Names as for python -m compclip_jax evaluate. Lists are tuples so that they can be
   # overridden from the command line: --config.evals.benchmarks='("valse",)'. evals.source: "files"
   # (evals.data_dir / image_dir) or "synthetic": the synthetic world's held-out benchmarks (evals.synthetic_size
   # scenes seeded by seed + 1000), written once into evals.data_dir (default <workdir>/world/benchmarks).

@@ -351,7 +351,7 @@ def export(c, workdir: str, model: Model, trainable) -> None:
   flat.update({".".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(trainable)})
   method = methods.get(c.method)
   if method.export_parts is not None:  # the method's own parts; CLIP's parameters for the rest
-    flat = method.export_parts(c, workdir, model.export_info, model.t5_tokenizer, flat)
+    flat = method.export_parts(c, workdir, model.export_info, model.target_tokenizer, flat)
   clip = params.fill(params.abstract(lambda rngs: loading.model_class(model.clip_cfg)(model.clip_cfg, rngs=rngs)), flat)
   pre = model.preprocess
   if c.export.hf:

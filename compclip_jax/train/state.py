@@ -6,6 +6,7 @@ benchmarks, nothing allocated). `train`, `bench` and `bench_device` all call `bu
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 import logging
 
 import jax
@@ -17,13 +18,14 @@ from flax import nnx
 
 from compclip_jax import assets
 from compclip_jax.data.images import Preprocess
-from compclip_jax.data.tokenizers import CLIPTokenizer, SiglipTokenizer, T5Tokenizer
+from compclip_jax.data.tokenizers import CLIPTokenizer, SiglipTokenizer
 from compclip_jax.errors import UserError
 from compclip_jax.methods import Method
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import DTypes
+from compclip_jax.models.layers import DTypes
 from compclip_jax.models.siglip import config as siglip_config
-from compclip_jax.train import optim, sharding, steps
+from compclip_jax.train import optim, steps
+from compclip_jax import sharding
 from compclip_jax.weights import loading, params
 
 
@@ -36,7 +38,7 @@ class Model:
   flat: dict
   clip_cfg: clip_config.CLIPConfig | siglip_config.SiglipConfig
   tokenizer: CLIPTokenizer | SiglipTokenizer
-  t5_tokenizer: T5Tokenizer | None
+  target_tokenizer: Any  # the samples' "target" captions' tokenizer (Extension.target_tokenizer), or None
   preprocess_mean: tuple
   preprocess_std: tuple
   export_info: object = None  # the method's (Extension.export_info), handed to its export_parts
@@ -74,7 +76,7 @@ def _random_model(c: ml_collections.ConfigDict):
   download."""
   if c.model.random in SIGLIP_SIZES:
     cfg = SIGLIP_SIZES[c.model.random]()
-    tok = SiglipTokenizer(assets.SYNTHETIC_T5_SPIECE, cfg.text.context_length)
+    tok = SiglipTokenizer(assets.SYNTHETIC_SPIECE, cfg.text.context_length)
     cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text,
                                                             vocab_size=max(cfg.text.vocab_size, tok.vocab_size)))
     cfg = dataclasses.replace(cfg, vision=dataclasses.replace(cfg.vision, image_size=c.data.image_size))
@@ -111,7 +113,7 @@ def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool 
   if method.extend_model is None:
     return Model(abstract_clip(cfg), flat, cfg, tok, None, pre.mean, pre.std, preprocess_squash=pre.squash)
   ext = method.extend_model(c, cfg, flat, make_clip, shapes_only=shapes_only)
-  return Model(ext.abstract, ext.flat, cfg, tok, ext.t5_tokenizer, pre.mean, pre.std, ext.export_info, pre.squash)
+  return Model(ext.abstract, ext.flat, cfg, tok, ext.target_tokenizer, pre.mean, pre.std, ext.export_info, pre.squash)
 
 
 @dataclasses.dataclass

@@ -22,9 +22,10 @@ from compclip_jax.data.sources import PreparedSource
 from compclip_jax.evaluators import run as evaluation
 from compclip_jax.methods import Method
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import ATTENTION, REMAT_POLICIES
+from compclip_jax.models.layers import ATTENTION, REMAT_POLICIES
 from compclip_jax.train import config as config_lib
-from compclip_jax.train import optim, runinfo, sharding, state, steps
+from compclip_jax.train import optim, runinfo, state, steps
+from compclip_jax import sharding
 from compclip_jax.train.config import ConfigError
 from compclip_jax.weights import loading
 
@@ -42,7 +43,7 @@ def _model_problems(m) -> list[str]:
   elif m.init and os.path.exists(os.path.join(m.init, "run.json")):  # its config.json would pass for an HF model's
     errors.append(
         f"model.init {m.init} is a training workdir, not a checkpoint: pass {os.path.join(m.init, 'export', 'hf')} "
-        f"(its export) or write one with python -m compclip_jax.convert --src={m.init} --dst=DIR")
+        f"(its export) or write one with python -m compclip_jax convert --src={m.init} --dst=DIR")
   elif m.init:
     try:  # the format from the file names alone: a folder that is no checkpoint is refused before anything is written
       loading.detect_format(m.init)
@@ -143,7 +144,7 @@ def _check_prepared(c, method: Method, source, size: int, squash: bool = False) 
     return
   if source.image_size != size:
     raise ConfigError(f"{c.data.path} was prepared at {source.image_size} px but the model takes {size} px; rerun "
-                      f"python -m compclip_jax.prepare with --image_size={size}")
+                      f"python -m compclip_jax prepare with --image_size={size}")
   if method.needs_parse and not source.meta.get("parsed"):
     raise ConfigError(f"{c.data.path} has no noun chunks (prepared from CSV rows); {c.method}'s negatives need "
                       "a COCO-style source prepared with --coco_json")
@@ -162,7 +163,7 @@ def make_pipelines(c, method: Method, source, model: state.Model, skips: records
                             max_skip_fraction=c.data.max_skip_fraction,
                             options=dataclasses.replace(k.options(c, size), squash=model.preprocess_squash),
                             period=shares[k.name][0], slots=shares[k.name][1])
-    pipes[k.name] = pl.make_batches(source, cfg, model.tokenizer, model.t5_tokenizer, jax.process_index(),
+    pipes[k.name] = pl.make_batches(source, cfg, model.tokenizer, model.target_tokenizer, jax.process_index(),
                                     jax.process_count())
     skips.attach(pipes[k.name].skips, k.name)
   return pipes

@@ -25,7 +25,8 @@ from compclip_jax.data.tokenizers import (CLIP_TOKENIZER_FILES, CLIPTokenizer, G
                                           T5Tokenizer)
 from compclip_jax.errors import InputError
 from compclip_jax.models import clip_config
-from compclip_jax.models.clip import CLIP, DTypes, ShapeOnlyRngs
+from compclip_jax.models.clip import CLIP
+from compclip_jax.models.layers import DTypes, ShapeOnlyRngs
 from compclip_jax.models.siglip import config as siglip_config
 from compclip_jax.models.siglip.model import SigLIP
 from compclip_jax.models.t5 import T5Config, T5Decoder

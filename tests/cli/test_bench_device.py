@@ -1,4 +1,4 @@
-"""The prepared device benchmark (compclip_jax/cli/bench_device.py): --smoke runs on this CPU and prints the table the
+"""The prepared device benchmark (compclip_jax/bench/device.py): --smoke runs on this CPU and prints the table the
 accelerator run will print; it imports none of the dependencies that do not travel to the accelerator machine."""
 import io
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from compclip_jax.cli import bench_device
+from compclip_jax.bench import device as bench_device
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_real_points_are_the_issue_s_shapes():
 
 
 def test_imports_nothing_that_does_not_travel():
-  code = ("import sys, compclip_jax.bench_device; "
+  code = ("import sys, compclip_jax.bench.device; "
           "bad = [m for m in ('spacy', 'grain', 'orbax', 'transformers', 'torch', 'tokenizers', 'sentencepiece') "
           "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -93,7 +93,7 @@ def test_precision_policy_bf16_compute_keeps_fp32_state_and_a_close_loss():
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from compclip_jax.train import sharding
+  from compclip_jax import sharding
 
   p = bench_device.Point("clic", "tiny", "tiny", 8)
   batch = bench_device.host_batch(p, np.random.default_rng(0))

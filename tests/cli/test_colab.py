@@ -7,7 +7,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests import paths
-from compclip_jax.data import synthetic_benchmarks
+from compclip_jax.data.synthetic import benchmarks as synthetic_benchmarks
 
 ROOT = paths.ROOT
 COLAB = os.path.join(ROOT, "launch", "colab")

@@ -10,7 +10,7 @@ import sys
 import jax
 import pytest
 
-from compclip_jax.cli import tpu
+from compclip_jax.train import tpus as tpu
 from compclip_jax.errors import UserError
 from compclip_jax.train import aot
 from configs import clic_read, negclip
@@ -143,7 +143,7 @@ def test_tpu_and_cpu_compilers_count_the_same_flops():
 
 
 def _cli(*args):
-  return subprocess.run([sys.executable, "-m", "compclip_jax.compile", *args], cwd=paths.ROOT, env=ENV,
+  return subprocess.run([sys.executable, "-m", "compclip_jax", "compile", *args], cwd=paths.ROOT, env=ENV,
                         capture_output=True, text=True, timeout=600)
 
 

@@ -93,9 +93,9 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
   check = _argv(check)
   assert check[:8] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "clic pod", "--zone=us-central2-b", "--worker=0"]
   remote_check = check[8].removeprefix("--command=")
-  assert remote_check.startswith("cd compclip_jax && . .venv/bin/activate && python -m compclip_jax.compile ")
+  assert remote_check.startswith("cd compclip_jax && . .venv/bin/activate && python -m compclip_jax compile ")
   assert _argv(remote_check.split(" && ")[-1]) == [
-      "python", "-m", "compclip_jax.compile", "--topology=v4-8", "--require_fit", "--config=configs/clic.py",
+      "python", "-m", "compclip_jax", "compile", "--topology=v4-8", "--require_fit", "--config=configs/clic.py",
       "--config.optim.lr=2e-6", "--config.evals.benchmarks=('sugarcrepe', 'valse')"
   ]
   argv = _argv(start)
@@ -118,10 +118,10 @@ def test_tpu_run_fans_out_with_one_log_per_worker_and_exact_arguments(tmp_path):
 def test_tpu_check_maps_the_accelerator_and_run_can_skip_it():
   out = _tpu("check", "--", "--config=configs/read.py", "--workdir=w", TPU_ACCELERATOR="v5litepod-16", TPU_ZONE="")
   assert out.returncode == 0 and _argv(out.stdout.strip()) == [
-      "python", "-m", "compclip_jax.compile", "--topology=v5e-16", "--require_fit", "--config=configs/read.py"
+      "python", "-m", "compclip_jax", "compile", "--topology=v5e-16", "--require_fit", "--config=configs/read.py"
   ], out.stderr
   out = _tpu("run", "--no_check", "--", "--config=configs/clic.py", "--workdir=w")
-  assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1 and "compclip_jax.compile" not in out.stdout
+  assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1 and "compclip_jax compile" not in out.stdout
 
 
 def test_tpu_run_does_not_start_when_the_check_fails(tmp_path):
@@ -135,7 +135,7 @@ def test_tpu_run_does_not_start_when_the_check_fails(tmp_path):
                        env=env)
   assert out.returncode == 1 and "not started" in out.stderr
   calls = (tmp_path / "calls").read_text().splitlines()
-  assert len(calls) == 1 and "--worker=0" in calls[0] and "compclip_jax.compile" in calls[0], calls
+  assert len(calls) == 1 and "--worker=0" in calls[0] and "compclip_jax compile" in calls[0], calls
 
 
 def test_tpu_sync_setup_tail_stop():

@@ -30,7 +30,7 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   # no generic top-level `configs` is installed; the configs ship inside the package and load by name
   probe = ("import importlib.util, sys, compclip_jax\n"
-           "from compclip_jax.cli import config_files\n"
+           "from compclip_jax import recipes as config_files\n"
            "assert importlib.util.find_spec('configs') is None, importlib.util.find_spec('configs')\n"
            "from absl import flags\n"
            "from ml_collections import config_flags\n"
@@ -54,7 +54,8 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
   assert shipped.returncode == 0 and shipped.stdout.startswith(site), shipped.stderr[-2000:]
   # console entry points
   bindir = venv / "bin"
-  for script in ("compclip-train", "compclip-evaluate", "compclip-convert", "compclip-prepare", "compclip-demo"):
+  for script in ("compclip-train", "compclip-evaluate", "compclip-convert", "compclip-prepare", "compclip-demo",
+                 "compclip-compile", "compclip-bench"):
     out = subprocess.run([str(bindir / script), "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
     text = out.stdout + out.stderr
     assert out.returncode in (0, 1) and "Traceback" not in text and "--" in text, (script, text[-2000:])
@@ -62,9 +63,10 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, env=env)
   assert out.returncode == 2 and "no config named 'nosuch' (known: clic, clic_read, clip, negclip, read" in out.stderr
   assert "Traceback" not in out.stderr
-  for module in ("main", "evaluate", "convert", "prepare", "demo", "bench"):
-    out = subprocess.run([py, "-m", f"compclip_jax.{module}", "--help"], capture_output=True, text=True, cwd=tmp_path,
-                         env=env)
+  commands = [("compclip_jax.main",), ("compclip_jax.demo",)
+             ] + [("compclip_jax", c) for c in ("train", "evaluate", "convert", "prepare", "bench")]
+  for module in commands:
+    out = subprocess.run([py, "-m", *module, "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
     text = out.stdout + out.stderr
     # argparse exits 0 after --help, absl 1; either way the flags are listed and nothing failed
     assert out.returncode in (0, 1) and "Traceback" not in text and "--" in text, (module, text[-2000:])

@@ -82,7 +82,7 @@ def test_a_training_workdir_as_model_init_says_what_to_pass(tmp_path):
   out = _run("main", "--config=clic:runlocal", f"--workdir={tmp_path / 'w'}", f"--config.model.init={run}")
   _one_line_refusal(
       out, f"model.init {run} is a training workdir, not a checkpoint: pass {run / 'export' / 'hf'} "
-      f"(its export) or write one with python -m compclip_jax.convert --src={run}", tmp_path / "w")
+      f"(its export) or write one with python -m compclip_jax convert --src={run}", tmp_path / "w")
 
 
 def test_values_that_make_no_sense_are_refused_all_at_once(tmp_path):

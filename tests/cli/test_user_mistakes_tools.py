@@ -164,7 +164,7 @@ def export_from_any_checkpoint_is_trainings_export(work, out):
   command `--src=<workdir>/checkpoints/3` the earlier weights (frozen ones the same), which transformers loads."""
   import safetensors.numpy
   import transformers
-  from compclip_jax.cli import export_run
+  from compclip_jax.train import export as export_run
   step, written = export_run.export_run(*export_run.run_source(str(work)), str(out / "latest"))
   trained = sorted(
       os.path.relpath(os.path.join(r, n), work / "export") for r, _, ns in os.walk(work / "export") for n in ns)

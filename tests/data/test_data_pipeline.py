@@ -352,7 +352,7 @@ def test_prepare_cli_with_parallel_workers(tmp_path):
   path, root, para_path, bad = df.write_coco_json(tmp_path)
   root_dir = paths.ROOT
   cmd = [
-      sys.executable, "-m", "compclip_jax.prepare", f"--coco_json={path}", f"--image_root={root}",
+      sys.executable, "-m", "compclip_jax", "prepare", f"--coco_json={path}", f"--image_root={root}",
       f"--paraphrases={para_path}", f"--out={tmp_path / 'p'}", "--shard_size=5", "--workers=2",
       "--max_skip_fraction=0.5"
   ]

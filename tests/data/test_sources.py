@@ -239,7 +239,7 @@ def test_for_workdir_writes_one_file_per_host(tmp_path):
 
 # --------------------------------------------------------------------------------------------- in a training run
 def _training_data(tmp_path, extra_rows: list[str]):
-  from compclip_jax.data import synthetic
+  from compclip_jax.data.synthetic import scenes as synthetic
   world = synthetic.write_world(str(tmp_path / "world"), 40, seed=0)
   rows = tmp_path / "rows.csv"
   with open(world["csv"], encoding="utf-8") as f:

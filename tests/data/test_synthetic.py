@@ -12,10 +12,10 @@ from PIL import Image
 
 from tests import paths
 from compclip_jax import assets
-from compclip_jax.data import synthetic
-from compclip_jax.data import synthetic_benchmarks
+from compclip_jax.data.synthetic import scenes as synthetic
+from compclip_jax.data.synthetic import benchmarks as synthetic_benchmarks
 from compclip_jax.data import source_config
-from compclip_jax.data import world as world_source
+from compclip_jax.data.synthetic import world as world_source
 from compclip_jax.data.negatives import SpacyTagger
 from compclip_jax.data.sources import CocoSource, CsvSource
 from compclip_jax.data.tokenizers import T5Tokenizer
@@ -293,7 +293,7 @@ def test_eval_source_writes_the_held_out_benchmarks_once(tmp_path, monkeypatch):
 def test_bundled_t5_tokenizer_covers_every_sentence_of_a_world(tmp_path):
   """Every sentence a world and its benchmarks write (another seed than the tokenizer's corpus) tokenises without an
   unknown piece and decodes back to itself."""
-  tok = T5Tokenizer(assets.SYNTHETIC_T5_SPIECE)
+  tok = T5Tokenizer(assets.SYNTHETIC_SPIECE)
   sp = tok.sp
   assert (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id()) == (0, 1, 2, -1)  # T5's special ids
   world = synthetic.write_world(str(tmp_path / "w"), 150, seed=11)
@@ -317,13 +317,13 @@ def test_bundled_t5_tokenizer_covers_every_sentence_of_a_world(tmp_path):
 
 
 def test_bundled_t5_tokenizer_is_what_its_command_trains(tmp_path):
-  """The shipped file is reproducible: `python -m compclip_jax.synthetic --t5_tokenizer=…` trains the same pieces."""
+  """The shipped file is reproducible: `python -m compclip_jax synthetic --t5_tokenizer=…` trains the same pieces."""
   fresh = str(tmp_path / "sp.model")
-  subprocess.run([sys.executable, "-m", "compclip_jax.synthetic", f"--t5_tokenizer={fresh}"], check=True,
+  subprocess.run([sys.executable, "-m", "compclip_jax", "synthetic", f"--t5_tokenizer={fresh}"], check=True,
                  capture_output=True, cwd=paths.ROOT)
   pieces = lambda path: [(p.id_to_piece(i), p.get_score(i)) for p in [spm.SentencePieceProcessor(model_file=path)]
                          for i in range(p.get_piece_size())]
-  assert pieces(fresh) == pieces(assets.SYNTHETIC_T5_SPIECE)
+  assert pieces(fresh) == pieces(assets.SYNTHETIC_SPIECE)
 
 
 def test_hypothesis_is_ahead_on_every_seed_and_at_most_one_point_of_r5_lost():

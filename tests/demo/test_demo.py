@@ -136,7 +136,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 def test_negative_kinds_reports_the_worlds_gate_numbers(tmp_path):
   """--negative_kinds on a written world: CLIC's negatives by kind (exact distribution), the same-kind share, the
   swap-twin rate and the caption lengths (issue 31 rules 1–3); without a world, one line and exit 2."""
-  from compclip_jax.data import synthetic  # pylint: disable=import-outside-toplevel
+  from compclip_jax.data.synthetic import scenes as synthetic  # pylint: disable=import-outside-toplevel
   cli = lambda: subprocess.run([sys.executable, "-m", "compclip_jax.demo", "--negative_kinds", f"--workdir={tmp_path}"],
                                cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
   out = cli()

@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from compclip_jax.demo import probe as demo_probe
-from compclip_jax.data import synthetic
+from compclip_jax.data.synthetic import scenes as synthetic
 
 
 def _binding_features(scenes):  # one-hot of the bindings present: binding-aware by construction

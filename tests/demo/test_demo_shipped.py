@@ -15,8 +15,8 @@ from compclip_jax.demo import pretrain
 from compclip_jax.demo import run as demo
 from compclip_jax.demo import shipped as demo_shipped
 from compclip_jax.weights import loading
-from compclip_jax.assets import SYNTHETIC_T5_SPIECE
-from compclip_jax.data import synthetic
+from compclip_jax.assets import SYNTHETIC_SPIECE
+from compclip_jax.data.synthetic import scenes as synthetic
 from compclip_jax.weights import files
 
 
@@ -48,7 +48,7 @@ def test_shipped_models_load_and_are_the_demo_starting_point(tmp_path, family):
   ids = tok(["a red square to the left of a blue circle"])
   emb = np.asarray(model.encode_text(ids, normalize=True))
   assert emb.shape == (1, 128) and np.isfinite(emb).all()
-  t5_cfg, t5_flat, t5_tok = loading.load_t5_decoder_params(t5_dir, tokenizer=SYNTHETIC_T5_SPIECE)
+  t5_cfg, t5_flat, t5_tok = loading.load_t5_decoder_params(t5_dir, tokenizer=SYNTHETIC_SPIECE)
   assert t5_cfg.vocab_size == t5_tok.sp.get_piece_size() and all(np.isfinite(v).all() for v in t5_flat.values())
   stored = files.read_safetensors(os.path.join(clip_dir, "model.safetensors"))
   assert {v.dtype for v in stored.values()} == {np.dtype(np.float16)}  # shipped in fp16, trained in fp32

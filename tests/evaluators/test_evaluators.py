@@ -209,7 +209,7 @@ def test_all_says_what_it_skipped(tmp_path):
 # ------------------------------------------------------------------------------- cross-check with transformers
 @pytest.mark.slow
 def test_cli_matches_a_transformers_scoring_loop(benchmarks_dir, tmp_path):
-  """A random HF CLIPModel scored by `python -m compclip_jax.evaluate` and by a PyTorch loop written here."""
+  """A random HF CLIPModel scored by `python -m compclip_jax evaluate` and by a PyTorch loop written here."""
   import torch
   import transformers
   from compclip_jax.data.tokenizers import CLIPTokenizer
@@ -227,7 +227,7 @@ def test_cli_matches_a_transformers_scoring_loop(benchmarks_dir, tmp_path):
     Image.fromarray(rng.integers(0, 256, (24 + k % 17, 30 + k % 11, 3), dtype=np.uint8)).save(tmp_path / "images" / f)
   out = tmp_path / "res"
   proc = subprocess.run([
-      sys.executable, "-m", "compclip_jax.evaluate", f"--model={tmp_path / 'model'}", "--benchmark=sugarcrepe",
+      sys.executable, "-m", "compclip_jax", "evaluate", f"--model={tmp_path / 'model'}", "--benchmark=sugarcrepe",
       f"--data_dir={benchmarks_dir}", f"--image_dir={tmp_path / 'images'}", f"--output={out}", "--batch_size=512"
   ], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
   assert proc.returncode == 0, proc.stderr[-3000:]

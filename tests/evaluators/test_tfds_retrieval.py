@@ -46,7 +46,7 @@ def test_tfds_retrieval_equals_the_json_path(coco, tmp_path):
 def test_cli_mistakes_are_one_line(coco, tmp_path, flags, expect):
   flags = [f.replace("DIR", str(coco[0])) for f in flags]
   proc = subprocess.run([
-      sys.executable, "-m", "compclip_jax.evaluate", "--model=m", f"--output={tmp_path / 'o'}",
+      sys.executable, "-m", "compclip_jax", "evaluate", "--model=m", f"--output={tmp_path / 'o'}",
       "--benchmark=coco_retrieval"
   ] + flags, cwd=paths.ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": paths.ROOT})
   assert proc.returncode == 2, proc.stderr[-2000:]

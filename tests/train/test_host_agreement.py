@@ -12,7 +12,7 @@ WORKER = """
 import json, sys
 import jax
 jax.distributed.initialize(f"127.0.0.1:{sys.argv[1]}", num_processes=2, process_id=int(sys.argv[2]))
-from compclip_jax.train import sharding
+from compclip_jax import sharding
 agree = sharding.HostAgreement()
 me = jax.process_index()
 values = [[16, 48], [77, 32], [32, 32], [5, 64], [64, 5]]  # per call: what process 0 and process 1 put in

@@ -109,7 +109,8 @@ def test_clamp_logit_scale_clips_the_parameter_after_the_update_only_when_asked(
   drives logit_scale past ln 100 — clamped with the switch, unclamped without (the references' behaviour); every
   other parameter is the same either way."""
   from compclip_jax import methods
-  from compclip_jax.train import sharding, state, steps
+  from compclip_jax.train import state, steps
+  from compclip_jax import sharding
   from configs import clip as clip_config_file
   out = {}
   for on in (False, True):

@@ -247,7 +247,7 @@ def test_a_run_recorded_under_the_older_flat_keys_is_the_same_run(name):
 
 
 def test_older_command_line_keys_are_read_as_todays(caplog):
-  from compclip_jax.cli import config_files  # pylint: disable=import-outside-toplevel
+  from compclip_jax import recipes as config_files  # pylint: disable=import-outside-toplevel
   argv = [
       "x", "--config=configs/read.py", "--config.t5.init=/t5", "--config.loss.w_rec=0.2",
       "--config.optim.schedule=read", "--allow_config_change=loss.w_rec,total_steps", "--config.optim.lr=1"

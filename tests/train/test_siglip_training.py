@@ -60,7 +60,7 @@ def test_every_method_trains_a_siglip_and_exports_an_hf_siglipmodel(tmp_path, me
     a, b = _flat(again), _flat(ours)
     assert a.keys() == b.keys() and all(np.array_equal(a[k].get_value(), b[k].get_value()) for k in a)
   if method == "clic":  # convert from the run's latest checkpoint writes training's own export, file for file
-    from compclip_jax.cli import export_run
+    from compclip_jax.train import export as export_run
     _, written = export_run.export_run(*export_run.run_source(str(tmp_path)), str(tmp_path / "converted"))
     hf_files = sorted(os.path.relpath(p, tmp_path / "converted" / "hf") for p in written if "/hf/" in p)
     assert any(p.endswith("open_clip/model.safetensors") for p in written)
@@ -89,7 +89,7 @@ def _hf_siglip_dir(d):
   import transformers
   from compclip_jax import assets
   from compclip_jax.models.siglip import config as sc
-  shutil.copyfile(assets.SYNTHETIC_T5_SPIECE, d / "spiece.model")
+  shutil.copyfile(assets.SYNTHETIC_SPIECE, d / "spiece.model")
   pieces = spm.SentencePieceProcessor(model_file=str(d / "spiece.model")).get_piece_size()
   tiny = sc.tiny()  # 64 positions: far wider than these captions, which a trimmed row would show
   tiny = dataclasses.replace(tiny, text=dataclasses.replace(tiny.text, context_length=64, vocab_size=pieces))

@@ -5,7 +5,8 @@ import jax
 import pytest
 
 from compclip_jax import methods
-from compclip_jax.train import sharding, state
+from compclip_jax.train import state
+from compclip_jax import sharding
 from configs import clic, clic_read
 
 

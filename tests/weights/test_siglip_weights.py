@@ -138,7 +138,7 @@ def test_the_evaluation_encoder_gives_siglips_own_embeddings(hf_dir):
 
 
 def test_convert_rewrites_a_siglip_directory(hf_dir, tmp_path):
-  """`python -m compclip_jax.convert --src=DIR --dst=OUT --to=hf` on a SigLIP: the same model in transformers."""
+  """`python -m compclip_jax convert --src=DIR --dst=OUT --to=hf` on a SigLIP: the same model in transformers."""
   import io
   from compclip_jax.cli.convert import convert
   d, hf = hf_dir

@@ -13,7 +13,7 @@ import transformers
 
 from tests import paths
 from compclip_jax import load_clip, save_clip
-from compclip_jax.models.clip import DTypes
+from compclip_jax.models.layers import DTypes
 from compclip_jax.weights.maps import CheckpointMismatchError
 from compclip_jax.weights.params import flat_params
 from tests import hf_fixtures as fx
@@ -265,7 +265,7 @@ def test_missing_path_says_it_never_downloads(tmp_path):
 
 def test_convert_cli(hf_dir, tmp_path):
   env = {**os.environ, "PYTHONPATH": ROOT}
-  run = lambda *a: subprocess.run([sys.executable, "-m", "compclip_jax.convert", *a], capture_output=True, text=True,
+  run = lambda *a: subprocess.run([sys.executable, "-m", "compclip_jax", "convert", *a], capture_output=True, text=True,
                                   env=env, cwd=ROOT, check=True).stdout
   out = run(f"--src={hf_dir}", f"--dst={tmp_path / 'oc' / 'm.safetensors'}", "--to=open_clip")
   assert "[1/2] reading" in out and "[2/2] writing open_clip" in out and "wrote 2 files" in out
@@ -275,7 +275,7 @@ def test_convert_cli(hf_dir, tmp_path):
   b = safetensors.torch.load_file(tmp_path / "back" / "model.safetensors")
   for k in b:
     assert torch.equal(a[k], b[k]), k
-  help_text = subprocess.run([sys.executable, "-m", "compclip_jax.convert", "--help"], capture_output=True, text=True,
+  help_text = subprocess.run([sys.executable, "-m", "compclip_jax", "convert", "--help"], capture_output=True, text=True,
                              env=env, cwd=ROOT).stdout
   assert "--to" in help_text
 
@@ -335,7 +335,8 @@ OPEN_CLIP_HEADS = {"ViT-B-32": (64, 8), "ViT-H-14": (80, 16), "ViT-g-14": (88, 1
 @pytest.mark.parametrize("name", sorted(OPEN_CLIP_PROFILE))
 def test_big_open_clip_names_have_their_real_shapes(name):
   from compclip_jax.models import clip_config
-  from compclip_jax.models.clip import CLIP, ShapeOnlyRngs
+  from compclip_jax.models.clip import CLIP
+  from compclip_jax.models.layers import ShapeOnlyRngs
   from compclip_jax.weights import params
   cfg = clip_config.named(name)
   assert cfg.text.act == cfg.vision.act == "gelu" and clip_config.named(f"{name}-quickgelu").text.act == "quick_gelu"
@@ -590,7 +591,8 @@ def test_parameter_paths_are_nnx_own():
   """`params.variables` (jax pytree flattening, the fast path) names every parameter as nnx.state does."""
   from flax import nnx
   from compclip_jax.models import clip_config
-  from compclip_jax.models.clip import CLIP, ShapeOnlyRngs
+  from compclip_jax.models.clip import CLIP
+  from compclip_jax.models.layers import ShapeOnlyRngs
   from compclip_jax.models.t5 import T5Config, T5Decoder
   from compclip_jax.weights import params
   for model in (CLIP(clip_config.tiny(), rngs=ShapeOnlyRngs()),

@@ -14,7 +14,8 @@ from compclip_jax import assets
 from compclip_jax.data.tokenizers import T5Tokenizer
 from compclip_jax.errors import UserError
 from compclip_jax.methods.base import Extension
-from compclip_jax.models.clip import CLIP, DTypes
+from compclip_jax.models.clip import CLIP
+from compclip_jax.models.layers import DTypes
 from compclip_jax.models.layers import Linear
 from compclip_jax.models.t5 import T5Config, T5Decoder
 from compclip_jax.weights import loading, params
@@ -71,7 +72,7 @@ def _decoder(c: ml_collections.ConfigDict, dt: DTypes, shapes_only: bool) -> tup
     if tok is None:
       raise UserError(f"{t5.init} has no spiece.model: copy the checkpoint's tokenizer there or set read.t5.tokenizer")
   else:  # read.t5.random: a tiny random decoder; its tokenizer is data-independent (default: the bundled model)
-    tok = T5Tokenizer(t5.tokenizer or assets.SYNTHETIC_T5_SPIECE)
+    tok = T5Tokenizer(t5.tokenizer or assets.SYNTHETIC_SPIECE)
     cfg = T5Config.v1_1(t5.random_d_model, t5.random_layers, max(int(tok.sp.get_piece_size()), t5.random_vocab))
     flat = None if shapes_only else params.flat_params(T5Decoder(cfg, dt, rngs=nnx.Rngs(c.seed + 1)))
   if tok.sp.get_piece_size() > cfg.vocab_size:

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from compclip_jax.errors import InputError
-from compclip_jax.models.clip import DTypes, Embeddings, Encoder, MLP, _inits, _layer_norm, l2_normalize
+from compclip_jax.models.clip import l2_normalize
+from compclip_jax.models.layers import DTypes, Embeddings, Encoder, MLP, inits, layer_norm
 from compclip_jax.models.layers import Linear
 from compclip_jax.models.siglip.config import SiglipConfig, TextConfig, VisionConfig
 
@@ -31,14 +32,14 @@ class TextTransformer(nnx.Module):
     self.embeddings = Embeddings()
     self.embeddings.token_embedding = nnx.Embed(
         cfg.vocab_size, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-        **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
+        **inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.embeddings.position_embedding = nnx.Embed(
         cfg.context_length, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-        **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
+        **inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(0.02)))
     self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy, scan=scan)
-    self.final_layer_norm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+    self.final_layer_norm = layer_norm(cfg.width, cfg.eps, dt, rngs)
     self.head = Linear(cfg.width, cfg.projection_size, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-                       **_inits(rngs, "kernel_init", "bias_init"))
+                       **inits(rngs, "kernel_init", "bias_init"))
 
   def __call__(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] (L ≤ context_length; SigLIP is trained on L = 64, padded) → [B, projection_size].
@@ -52,11 +53,11 @@ class TextTransformer(nnx.Module):
     `pooler_output` before the head: what READ's decoder reads)."""
     x = self._embed(ids)
     last = jnp.full((x.shape[0],), x.shape[1] - 1)
-    return self.final_layer_norm(self.encoder(x, causal=False, rows=last))
+    return self.finallayer_norm(self.encoder(x, causal=False, rows=last))
 
   def hidden_states(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] → [B, L, W] after the final LN, every position (HF's `last_hidden_state`)."""
-    return self.final_layer_norm(self.encoder(self._embed(ids), causal=False))
+    return self.finallayer_norm(self.encoder(self._embed(ids), causal=False))
 
   def _embed(self, ids: jax.Array) -> jax.Array:
     e = self.embeddings
@@ -68,12 +69,12 @@ class PoolingAttention(nnx.Module):
   [3W, W] + `in_proj_bias` [3W] (torch's names, so the HF map is a copy) and `out_proj`."""
   def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs):
     self.heads, self.dt = heads, dt
-    draw = _inits(rngs, "init", init=nnx.initializers.lecun_normal())["init"]
-    zeros = _inits(rngs, "init", init=nnx.initializers.zeros_init())["init"]
+    draw = inits(rngs, "init", init=nnx.initializers.lecun_normal())["init"]
+    zeros = inits(rngs, "init", init=nnx.initializers.zeros_init())["init"]
     self.in_proj_weight = nnx.Param(draw(rngs.params(), (3 * width, width), dt.param))
     self.in_proj_bias = nnx.Param(zeros(rngs.params(), (3 * width,), dt.param))
     self.out_proj = Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-                           **_inits(rngs, "kernel_init", "bias_init"))
+                           **inits(rngs, "kernel_init", "bias_init"))
 
   def __call__(self, query: jax.Array, x: jax.Array) -> jax.Array:
     """query [B, Q, W] attends to x [B, L, W] → [B, Q, W] (no mask; softmax in fp32)."""
@@ -92,10 +93,10 @@ class PoolingAttention(nnx.Module):
 class PoolingHead(nnx.Module):
   """SigLIP's multi-head attention pooling: h = attn(probe, x); h + mlp(LN(h)); → h[:, 0]."""
   def __init__(self, cfg: VisionConfig, dt: DTypes, *, rngs: nnx.Rngs):
-    init = _inits(rngs, "init", init=nnx.initializers.normal(1.0))["init"]  # torch.randn
+    init = inits(rngs, "init", init=nnx.initializers.normal(1.0))["init"]  # torch.randn
     self.probe = nnx.Param(init(rngs.params(), (1, 1, cfg.width), dt.param))
     self.attention = PoolingAttention(cfg.width, cfg.heads, dt, rngs=rngs)
-    self.layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+    self.layernorm = layer_norm(cfg.width, cfg.eps, dt, rngs)
     self.mlp = MLP(cfg.width, cfg.mlp_dim, cfg.act, dt, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -114,12 +115,12 @@ class VisionTransformer(nnx.Module):
     self.embeddings.patch_embedding = nnx.Conv(3, cfg.width, kernel_size=(cfg.patch_size,) * 2,
                                                strides=(cfg.patch_size,) * 2, padding="VALID", use_bias=True,
                                                dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-                                               **_inits(rngs, "kernel_init", "bias_init"))
+                                               **inits(rngs, "kernel_init", "bias_init"))
     self.embeddings.position_embedding = nnx.Embed(
         cfg.num_patches, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-        **_inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(cfg.width ** -0.5)))
+        **inits(rngs, "embedding_init", embedding_init=nnx.initializers.normal(cfg.width ** -0.5)))
     self.encoder = Encoder(cfg, dt, rngs=rngs, remat=remat, attention=attention, remat_policy=remat_policy, scan=scan)
-    self.post_layernorm = _layer_norm(cfg.width, cfg.eps, dt, rngs)
+    self.post_layernorm = layer_norm(cfg.width, cfg.eps, dt, rngs)
     self.head = PoolingHead(cfg, dt, rngs=rngs) if cfg.use_head else nnx.data(None)
 
   def __call__(self, pixels: jax.Array) -> jax.Array:
@@ -147,7 +148,7 @@ class SigLIP(nnx.Module):
                                       remat_policy=remat_policy, scan=scan_layers)
     self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, remat=remat_vision, attention=attention,
                                           remat_policy=remat_policy, scan=scan_layers)
-    const = lambda v: _inits(rngs, "init", init=lambda _k, s, d: jnp.full(s, v, d))["init"]
+    const = lambda v: inits(rngs, "init", init=lambda _k, s, d: jnp.full(s, v, d))["init"]
     self.logit_scale = nnx.Param(const(cfg.logit_scale_init)(None, (1,), jnp.float32))
     self.logit_bias = nnx.Param(const(cfg.logit_bias_init)(None, (1,), jnp.float32))
 

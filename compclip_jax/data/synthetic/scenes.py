@@ -1,7 +1,7 @@
 """A small synthetic compositional world rendered with PIL, written in the real data formats (CLIC CSV + images,
 COCO-style JSON + paraphrases, SugarCrepe / SugarCrepe++ / Karpathy retrieval files), so the `:runlocal` and `:demo`
 configs run the same loaders, transforms and evaluators as a real run. Training reads it as a data source
-(`data.source="synthetic"`, `compclip_jax.data.world.synthetic_source`), evaluation as a benchmark source
+(`data.source="synthetic"`, `compclip_jax.data.synthetic.world.synthetic_source`), evaluation as a benchmark source
 (`evals.source="synthetic"`, `compclip_jax.evaluators.run.benchmark_dirs`); each is written once, on process 0, and
 recorded in a manifest (`world.json`, `benchmarks.json`) that makes a rerun reuse it and refuse another (size, seed).
 
@@ -326,7 +326,7 @@ def read_world(root: str, n: int, seed: int, binding_noise: float = 0.0) -> dict
   paths = world_paths(root)
   if not check_manifest(paths["manifest"], world_record(n, seed, binding_noise), "data"):
     raise FileNotFoundError(f"{root}: no synthetic world ({WORLD_MANIFEST} missing): process 0 writes it "
-                            "(compclip_jax.synthetic.write_world)")
+                            "(compclip_jax.data.synthetic.scenes.write_world)")
   return paths
 
 

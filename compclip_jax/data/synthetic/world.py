@@ -1,12 +1,12 @@
-"""The synthetic world (data/synthetic.py) as a training source: written once by process 0 — images, both data formats,
-every sentence's spaCy analysis, the manifest — read by every process, its records carrying their cached analysis."""
+"""The synthetic world (scenes.py) as a training source: written once by process 0 — images, both data formats, every
+sentence's spaCy analysis, the manifest — read by every process, its records carrying their cached analysis."""
 from __future__ import annotations
 
 import json
 import os
 from typing import Callable
 
-from compclip_jax.data import synthetic
+from compclip_jax.data.synthetic import scenes as synthetic
 from compclip_jax.data.negatives import Analysis, SpacyTagger, pos_pipeline_has_parser
 from compclip_jax.data.sources import CocoSource, CsvSource, read_paraphrases
 
@@ -18,7 +18,7 @@ ANALYSES_FILE = "analyses.json"
 def synthetic_source(root: str, size: int, seed: int, fmt: str = "csv", process_index: int = 0,
                      barrier: Callable[[str], None] | None = None, tagger=None, any_image_format: bool = False,
                      binding_noise: float = 0.0):
-  """The synthetic world (data/synthetic.py) as a training source, written once: process 0 writes it under
+  """The synthetic world (data/synthetic/scenes.py) as a training source, written once: process 0 writes it under
   `root` (images, both data formats, every sentence's spaCy analysis, the manifest) unless the same world is there,
   the processes meet at `barrier`, then every process reads the files. → `AnalysedSource` over a CsvSource (`fmt`
   "csv") or CocoSource ("coco")."""

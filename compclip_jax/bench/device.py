@@ -1,7 +1,7 @@
 """The prepared device benchmark (issue 16, docs/performance.md): train steps on whatever accelerator JAX sees.
 
-  python -m compclip_jax.bench_device [--smoke] [--budget_s=420] [--steps=5]
-  python -m compclip_jax.bench device [--smoke]          (the same, through the bench entry point)
+  python -m compclip_jax bench_device [--smoke] [--budget_s=420] [--steps=5]
+  python -m compclip_jax bench device [--smoke]          (the same, through the bench entry point)
 
 Rows: CLIC step, CLIC's CLIP step and READ step (T5 v1.1-large decoder: d_model 1024, 24 layers, vocab 32128) at
 ViT-B/32 with global batch 256 and 800, and a ViT-L/14 CLIC point; bf16 compute in both towers, fp32 trained
@@ -39,7 +39,8 @@ from compclip_jax.cli import app as cli
 from compclip_jax.models import clip_config
 from compclip_jax.models.t5 import T5Config
 from compclip_jax.train import config as config_lib
-from compclip_jax.train import sharding, state, steps
+from compclip_jax.train import state, steps
+from compclip_jax import sharding
 
 # Dense bf16 peak FLOP/s per device by `jax.devices()[0].device_kind` (spec sheets; substring match, first wins).
 PEAK_FLOPS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("TPU v4", 275e12), ("TPU v5 lite", 197e12),

@@ -27,14 +27,14 @@ from compclip_jax import methods
 from compclip_jax.errors import UserError
 from compclip_jax.train import config as config_lib
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def configs_dir() -> str:
   """The checkout's `configs/` when this package runs from a checkout, else the copy installed with it."""
   checkout = os.path.join(os.path.dirname(_PACKAGE), "configs")
-  if os.path.exists(os.path.join(checkout, "clic.py")):
+  if os.path.exists(os.path.join(checkout, "__init__.py")):
     return checkout
   return os.path.join(_PACKAGE, "_configs")
 

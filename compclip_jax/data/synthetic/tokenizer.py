@@ -1,13 +1,13 @@
 """The SentencePiece model of the demo's random T5 decoder, trained on every sentence the synthetic world writes
-(`compclip_jax/assets/synthetic_spiece.model`, made by `python -m compclip_jax.synthetic --t5_tokenizer=...`)."""
+(`compclip_jax/assets/synthetic_spiece.model`, made by `python -m compclip_jax synthetic --t5_tokenizer=...`)."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
-from compclip_jax.data.synthetic import captions, held_out_pairings, phrasings, scene
-from compclip_jax.data.synthetic_benchmarks import benchmark_rows
+from compclip_jax.data.synthetic.scenes import captions, held_out_pairings, phrasings, scene
+from compclip_jax.data.synthetic.benchmarks import benchmark_rows
 
 
 def vocabulary_corpus(n: int = 2000, seed: int = 0) -> list[str]:
@@ -31,7 +31,7 @@ def train_t5_tokenizer(out: str, vocab_size: int = 200) -> str:
   """Trains the SentencePiece model of a random T5 decoder on `vocabulary_corpus()` → `out` (a .model path).
 
   The package ships its result as `compclip_jax/assets/synthetic_spiece.model` (T5's special ids: pad 0, eos 1, unk
-  2; no bos), made by `python -m compclip_jax.synthetic --t5_tokenizer=compclip_jax/assets/synthetic_spiece.model`."""
+  2; no bos), made by `python -m compclip_jax synthetic --t5_tokenizer=compclip_jax/assets/synthetic_spiece.model`."""
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   if not out.endswith(".model"):
     raise ValueError(f"{out}: the SentencePiece model path must end in .model")

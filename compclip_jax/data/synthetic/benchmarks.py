@@ -1,4 +1,4 @@
-"""The synthetic world's held-out benchmarks (compclip_jax/data/synthetic.py has the world): SugarCrepe, SugarCrepe++
+"""The synthetic world's held-out benchmarks (data/synthetic/scenes.py has the world): SugarCrepe, SugarCrepe++
 and Karpathy-test retrieval files of fresh scenes built on held-out pairings, in the real formats, and the
 cross-collage swap test (CLIC's own task, a diagnostic); written once per (size, seed), recorded in
 `benchmarks.json`."""
@@ -10,8 +10,9 @@ import os
 import numpy as np
 from PIL import Image
 
-from compclip_jax.data.synthetic import (BENCHMARKS_MANIFEST, COLORS, OPPOSITE, SHAPES, WORLD_FORMAT, check_manifest,
-                                         write_manifest, captions, first_sentence, held_out_pairings, render, scene)
+from compclip_jax.data.synthetic.scenes import (BENCHMARKS_MANIFEST, COLORS, OPPOSITE, SHAPES, WORLD_FORMAT,
+                                                check_manifest, write_manifest, captions, first_sentence,
+                                                held_out_pairings, render, scene)
 
 
 def _other(options, exclude, rng) -> str:
@@ -79,13 +80,13 @@ def read_benchmarks(data_dir: str, n: int, seed: int, image_dir: str = "") -> di
   images = image_dir or os.path.join(data_dir, "images")
   if not check_manifest(os.path.join(data_dir, BENCHMARKS_MANIFEST), benchmarks_record(n, seed), "benchmarks"):
     raise FileNotFoundError(f"{data_dir}: no synthetic benchmarks ({BENCHMARKS_MANIFEST} missing): process 0 writes "
-                            "them (compclip_jax.data.synthetic_benchmarks.write_benchmarks)")
+                            "them (compclip_jax.data.synthetic.benchmarks.write_benchmarks)")
   return {"data_dir": data_dir, "image_dir": images}
 
 
 def write_benchmarks(data_dir: str, n: int, seed: int = 1, image_dir: str = "") -> dict:
   """SugarCrepe, SugarCrepe++ and Karpathy-test retrieval files of n fresh scenes, each built on a held-out pairing,
-  in the real formats: annotations as `python -m compclip_jax.evaluate --data_dir` reads them (`sugarcrepe/`,
+  in the real formats: annotations as `python -m compclip_jax evaluate --data_dir` reads them (`sugarcrepe/`,
   `sugarcrepe_pp/`, `retrieval/`) under `data_dir`, images under `image_dir` (default `<data_dir>/images`); the
   cross-collage swap test (`collage_swap_row`: collages of two of these scenes of one orientation, in SugarCrepe's
   row format, `collage/swap_att.json`); then `benchmarks.json`. Complete files of the same (n, seed) are reused;

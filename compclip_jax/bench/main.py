@@ -1,27 +1,27 @@
 """Benchmarks (medians of repeated runs; baselines run alternately in the same process).
 
-  python -m compclip_jax.bench load [--model_dir=DIR] [--runs=5]
+  python -m compclip_jax bench load [--model_dir=DIR] [--runs=5]
       Time to load an HF safetensors checkpoint (CLIP or SigLIP) with `load_clip`, against transformers'
       `AutoModel.from_pretrained` (CLIPModel / SiglipModel). Without --model_dir a random-init ViT-B/32 CLIP is
       written to a temp dir.
-  python -m compclip_jax.bench encode [--model_dir=DIR] [--batch=64] [--runs=5]
+  python -m compclip_jax bench encode [--model_dir=DIR] [--batch=64] [--runs=5]
       Captions/s and images/s encoded (jitted, fp32) against transformers in PyTorch on the same inputs.
-  python -m compclip_jax.bench pipeline [--records=400] [--runs=5]
+  python -m compclip_jax bench pipeline [--records=400] [--runs=5]
       Host pipeline on one core: CLIC text side with on-the-fly spaCy vs the cached POS analysis, and full CLIC
       samples (two images + captions + negative + tokenisation) from four sources of the same records, alternating:
       prepared shards, the same as `prepare --format=tfds`, CSV + image files, TFDS of the original JPEGs.
       Generates its own JPEGs (300–640 px) and captions.
-  python -m compclip_jax.bench train --config=configs/clic.py:runlocal [--config.key=value …] [--runs=7]
+  python -m compclip_jax bench train --config=configs/clic.py:runlocal [--config.key=value …] [--runs=7]
       Per step kind: median step time after compilation, steps/s, samples/s, XLA's FLOPs per step, the MFU implied
       by --peak_tflops (per device), and compiled peak memory per device. E.g. the ViT-B/32 CLIC step at B=8:
       --config.model.random=ViT-B-32-quickgelu --config.data.image_size=224 --config.model.frozen_dtype=float32
-  python -m compclip_jax.bench train --components --config=… [--text_len=77] [--runs=7]
+  python -m compclip_jax bench train --components --config=… [--text_len=77] [--runs=7]
       The CLIC step's parts, each jitted alone and timed round-robin: frozen vision forward, text forward + backward
       on the 5B texts, loss, AdamW update, whole step (model.random, data.image_size, batch_size, model dtypes and
       model.attention from the config). E.g. --config.model.random=ViT-B-32-quickgelu --config.data.image_size=224
       --config.batch_size=8 --config.model.frozen_dtype=float32
-  python -m compclip_jax.bench device [--smoke]
-      The prepared accelerator benchmark (compclip_jax/cli/bench_device.py, docs/performance.md): CLIC, CLIC's CLIP and
+  python -m compclip_jax bench device [--smoke]
+      The prepared accelerator benchmark (compclip_jax/bench/device.py, docs/performance.md): CLIC, CLIC's CLIP and
       READ steps at ViT-B/32 (B 256, 800) and a ViT-L/14 CLIC point, bf16, one Markdown table. --smoke: tiny, CPU.
 """
 from __future__ import annotations
@@ -36,7 +36,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
-from compclip_jax.cli import config_files, host_memory
+from compclip_jax.cli import host_memory
+from compclip_jax import recipes as config_files
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP or SigLIP directory (default: a random-init ViT-B/32).")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
@@ -312,7 +313,7 @@ def bench_train(config, runs: int, peak_tflops: float) -> None:
 
 def bench_components(config, text_len: int, runs: int) -> None:
   """The CLIC step's parts at the config's model (model.random), image size, batch, dtypes and attention."""
-  from compclip_jax.cli import bench_device  # pylint: disable=import-outside-toplevel
+  from compclip_jax.bench import device as bench_device  # pylint: disable=import-outside-toplevel
   m = config.model
   bench_device.components(m.random, config.batch_size, text_len, m.text_compute_dtype or m.compute_dtype,
                           m.frozen_dtype, m.attention, runs)
@@ -321,9 +322,9 @@ def bench_components(config, text_len: int, runs: int) -> None:
 def main(argv):
   host_memory.keep_freed_memory()  # COMPCLIP_HOST_MALLOC=keep, as the training entry point (docs/performance.md)
   if len(argv) != 2 or argv[1] not in ("load", "encode", "pipeline", "train", "device"):
-    raise app.UsageError("usage: python -m compclip_jax.bench load|encode|pipeline|train|device [flags]")
+    raise app.UsageError("usage: python -m compclip_jax bench load|encode|pipeline|train|device [flags]")
   if argv[1] == "device":
-    from compclip_jax.cli import bench_device  # pylint: disable=import-outside-toplevel
+    from compclip_jax.bench import device as bench_device  # pylint: disable=import-outside-toplevel
     bench_device.benchmark(smoke=_SMOKE.value)
     return
   if argv[1] == "train":

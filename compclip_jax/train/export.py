@@ -4,9 +4,10 @@
 The run's own config (`<workdir>/config.json`) rebuilds the model as training built it (`train.state.build_model`:
 frozen parameters from `model.init`, bit for bit), the checkpoint's trainable parameters are restored into the
 state's shapes, and training's own export (`train.loop.export`) writes them: `--dst` receives exactly what the end
-of training writes to `<workdir>/export` (`hf/`, `open_clip/model.safetensors`, READ's `t5/`, as the run's
-`export.*` config says; `--to=hf` / `open_clip` writes only that one). The checkpoints are only read (a training run
-may be writing the next one), and `--dst` appears whole or not at all (written beside it, then renamed).
+of training writes to `<workdir>/export` (`hf/`, `open_clip/model.safetensors`, a method's own parts such as a
+decoder's `t5/`, as the run's `export.*` config says; `--to=hf` / `open_clip` writes only that one). The checkpoints
+are only read (a training run may be writing the next one), and `--dst` appears whole or not at all (written beside
+it, then renamed).
 """
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ def export_run(workdir: str, step: int | None, dst: str, formats: tuple[str, ...
   try:
     step = _pick_step(manager, workdir, step)
     from compclip_jax import methods  # pylint: disable=import-outside-toplevel
-    from compclip_jax.train import loop, sharding, state  # pylint: disable=import-outside-toplevel
+    from compclip_jax.train import loop, state  # pylint: disable=import-outside-toplevel
+    from compclip_jax import sharding
     model = state.build_model(c, methods.get(c.method))
     st = state.build_state(c, model, sharding.make_mesh(-1, 1), total_steps=1, abstract=True)
     restored = _restore(manager, workdir, step, st.state)

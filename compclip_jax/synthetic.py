@@ -1,6 +1,0 @@
-# `python -m compclip_jax.synthetic`, kept for one release: the command is compclip_jax/cli/synthetic.py
-# (its docstring is this module's too: absl prints __main__'s docstring for --help).
-from compclip_jax.cli.synthetic import __doc__, run  # noqa: F401
-
-if __name__ == "__main__":
-  run()
