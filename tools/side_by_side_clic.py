@@ -1,6 +1,7 @@
 """The official CLIC reference's train step vs compclip_jax's CLIC step and CLIC's CLIP step, side by side in one
-process (issue 16's CPU criterion; results in docs/performance.md): fp32, torch 2 threads, random weights in the real
-ViT-B/32 shapes, B=8, rounds alternated (ours at 77 tokens, ours at 32, the reference), medians.
+process (its results: docs/measured/side_by_side_clic.json, rendered into docs/performance.md): fp32, torch 2
+threads, random weights in the real ViT-B/32 shapes, B=8, rounds alternated (ours at 77 tokens, ours at 32, the
+reference), medians.
 
 Nothing of the reference is in this repository: this harness imports it at run time from a checkout of
 github:AmitPeleg/CLIC (measured at dc845c7) named by $CLIC_DIR, and open_clip (+ ftfy) from $OPEN_CLIP_PATH, a folder

@@ -7,7 +7,7 @@ environment that has them, outside the project's venv:
   pip install --target SCRATCH --no-deps open_clip_torch==3.3.0 timm==1.0.31 torchvision==0.28.0
   PYTHONPATH=SCRATCH python tools/siglip_open_clip_fixture.py tests/fixtures/open_clip_siglip
 
-(written 2026-12-05 with open_clip 3.3.0, timm 1.0.31, torch 2.13.0 on CPU).
+(the committed fixture was written with open_clip 3.3.0, timm 1.0.31 and torch 2.13.0 on CPU).
 """
 import json
 import os

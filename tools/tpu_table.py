@@ -25,8 +25,8 @@ L14 = ("--config.model.random=ViT-L-14-quickgelu",)
 T5L = ("--config.read.t5.random=True", "--config.read.t5.random_d_model=1024", "--config.read.t5.random_layers=24",
        "--config.read.t5.random_vocab=32128")
 
-# case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table
-# (issue 27): the four methods at their paper batches on the single-host slices and v5e-16, with ViT-B/32 and with
+# case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table:
+# the four methods at their paper batches on the single-host slices and v5e-16, with ViT-B/32 and with
 # ViT-L/14 (CLIC's larger model; READ's paper trains B/32 only, so its L/14 rows are what one would need).
 SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16")
 MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}

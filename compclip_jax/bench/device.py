@@ -1,4 +1,4 @@
-"""The prepared device benchmark (issue 16, docs/performance.md): train steps on whatever accelerator JAX sees.
+"""The prepared device benchmark (docs/performance.md): train steps on whatever accelerator JAX sees.
 
   python -m compclip_jax bench_device [--smoke] [--budget_s=420] [--steps=5]
   python -m compclip_jax bench device [--smoke]          (the same, through the bench entry point)
@@ -34,11 +34,10 @@ import optax
 from absl import flags
 from flax import nnx
 
-from compclip_jax import methods
+from compclip_jax import methods, recipes
 from compclip_jax.cli import app as cli
 from compclip_jax.models import clip_config
 from compclip_jax.models.t5 import T5Config
-from compclip_jax.train import config as config_lib
 from compclip_jax.train import state, steps
 from compclip_jax import sharding
 
@@ -93,8 +92,7 @@ METHOD_OF = {"clic": "clic", "clic_clip": "clic", "read": "read"}  # the method 
 def point_config(p: Point, compute_dtype, frozen_dtype, attention: str, remat: bool):
   """The training config of a row: its method's config and recipe (configs/<method>.py), a random model, the row's
   batch, dtypes, attention and remat, READ's decoder at the row's size."""
-  method = methods.get(METHOD_OF[p.kind])
-  c = config_lib.for_method(method)
+  c = recipes.load(METHOD_OF[p.kind]).get_config()
   c.model.random, c.data.image_size, c.batch_size = p.random, p.cfg.vision.image_size, p.batch
   c.model.compute_dtype, c.model.frozen_dtype = jnp.dtype(compute_dtype).name, jnp.dtype(frozen_dtype).name
   c.model.attention, c.model.remat_text = attention, remat

@@ -37,7 +37,7 @@ from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import host_memory
-from compclip_jax import recipes as config_files
+from compclip_jax.cli import config_args
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "HF CLIP or SigLIP directory (default: a random-init ViT-B/32).")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed repetitions (median reported).")
@@ -346,7 +346,7 @@ def main(argv):
 
 
 def run() -> None:
-  sys.argv = config_files.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
+  sys.argv = config_args.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
   cli.run(main)
 
 

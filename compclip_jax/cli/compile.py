@@ -21,7 +21,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
-from compclip_jax import recipes as config_files
+from compclip_jax.cli import config_args
 from compclip_jax.train import tpus as tpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<method>.py[:arg]).", lock_config=True)
@@ -181,7 +181,7 @@ def main(argv) -> None:
 
 
 def run() -> None:
-  sys.argv = config_files.resolve_argv(sys.argv)
+  sys.argv = config_args.resolve_argv(sys.argv)
   flags.mark_flag_as_required("config")
   cli.run(main)
 

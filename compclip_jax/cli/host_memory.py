@@ -13,7 +13,7 @@ The policy, through glibc's `mallopt`: one arena shared by all threads (M_ARENA_
 (M_TOP_PAD). Two arenas do not remove the faults reliably (measured).
 
 Why opt-in: the one arena costs small steps — `:runlocal` and demo-sized training lost 15–35 % of its samples/s
-to lock contention among the data pipeline's and XLA's threads (2 cores, 2026-12-02) — and the process keeps its
+to lock contention among the data pipeline's and XLA's threads (2 cores) — and the process keeps its
 peak heap until it exits. So `COMPCLIP_HOST_MALLOC=keep` turns it on (CPU training or benchmarks at real widths);
 `default` (the default) leaves glibc's defaults.
 """

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from compclip_jax.cli import app as cli
 from compclip_jax.cli import host_memory
-from compclip_jax import recipes as config_files
+from compclip_jax.cli import config_args
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<method>.py[:arg]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and exports go here.", required=True)
@@ -67,7 +67,7 @@ def main(argv):
 
 
 def run() -> None:
-  sys.argv = config_files.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
+  sys.argv = config_args.resolve_argv(sys.argv)  # --config=clic[:arg] by name, from any directory
   flags.mark_flag_as_required("config")
   cli.run(main)
 

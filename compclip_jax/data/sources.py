@@ -22,6 +22,7 @@ import msgpack
 import numpy as np
 from PIL import Image
 
+from compclip_jax import compat
 from compclip_jax.data.images import load_image, orientation
 from compclip_jax.data.negatives import Analysis, pos_pipeline_has_parser
 from compclip_jax.data.records import Rejected
@@ -300,8 +301,7 @@ class PreparedSource:
           if line.strip():
             d = json.loads(line)
             where, detail = str(d.get("id", path)), d.get("detail", "")
-            # folders prepared before 2026-12-03 wrote the row into the detail too (`Rejected` prefixes it again)
-            detail = detail.removeprefix(f"{where}: ")
+            detail = compat.prepared_reject_detail(where, detail)  # `Rejected` prefixes the row itself
             dropped.append(Rejected(d.get("reason", "unknown"), where, detail))
     return dropped, len(self) + len(dropped), []
 

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 
-from compclip_jax import methods
+from compclip_jax import methods, recipes
 from compclip_jax.demo import shipped
 from compclip_jax.demo.diagnose import diagnose
 from compclip_jax.data.synthetic import scenes as synthetic
@@ -60,9 +60,9 @@ def random_model(opts: DemoOptions) -> str:
 
 
 def as_method(c, name: str):
-  """`c` for another method: that method's config (its own sections, at their defaults) with `c`'s shared sections
-  (model, data, optim, …) and the sections both have."""
-  out = config_lib.base(methods.get(name))
+  """`c` for another method: that method's recipe (configs/<name>.py: its own sections' values) with `c`'s shared
+  sections (model, data, optim, …) and the sections both have."""
+  out = recipes.load(name).get_config()
   for k in c.keys():
     if k != "method" and k in out:
       out[k] = copy.deepcopy(c[k])

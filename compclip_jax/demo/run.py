@@ -33,7 +33,7 @@ import os
 import jax
 
 from compclip_jax import methods
-from compclip_jax import recipes as config_files
+from compclip_jax import recipes
 from compclip_jax.demo import plots as demo_plots
 from compclip_jax.demo.pretrain import DemoOptions, on_world, starting_point
 from compclip_jax.demo import diagnose as diagnostics
@@ -136,7 +136,7 @@ def demo_config(name: str):
   """The `:demo` config of a method (a config name: clic, read, negclip, clip, clic_read), of the control
   "clip_all" (plain contrastive fine-tuning of all of CLIP) or of an ablation (`ABLATIONS`)."""
   if name == "clip_all":
-    c = config_files.load("clip").get_config("demo")
+    c = recipes.load("clip").get_config("demo")
     c.optim.trainable, c.optim.frozen = config_lib.CLIP_TEXT + config_lib.CLIP_VISION, ()
     return c
   if name in ABLATIONS:
@@ -145,9 +145,9 @@ def demo_config(name: str):
     for o in overrides:
       override(c, o)
     return c
-  if name not in config_files.names():
-    raise UserError(f"no config named {name!r} (known: {', '.join(config_files.names())}, clip_all)")
-  return config_files.load(name).get_config("demo")
+  if name not in recipes.names():
+    raise UserError(f"no config named {name!r} (known: {', '.join(recipes.names())}, clip_all)")
+  return recipes.load(name).get_config("demo")
 
 
 sweep_config = demo_config  # the older name

@@ -1,7 +1,7 @@
 """Training methods, one folder each — the single home of what a method is (base.Method): its step kinds and their
-alternation, the sample builder and image normalisation of each kind, its losses, the loss terms its console line
-shows, its extra model parts, its config section with its checks and its reference recipe (`configs/<name>.py`
-applies it). `ALL` lists them; `renamed_keys` gathers what their sections took over from older flat config keys.
+alternation, the sample builder and image normalisation of each kind, its losses and their typed options, the loss
+terms its console line shows, its extra model parts, its config section with its checks. Its recipe, the values, is
+configs/<name>.py. `ALL` lists them.
 
   clic       CLIC steps alternating with CLIC's CLIP step (METHODS §1)
   read       READ: hard-negative contrastive + reconstruction + alignment (METHODS §2)
@@ -29,16 +29,6 @@ def get(name: str) -> Method:
   raise ValueError(f"method {name!r}: use one of {names()}")
 
 
-def renamed_keys() -> tuple[tuple[str, str], ...]:
-  """(old dotted key or prefix, new one) of every method's config section: older workdirs and command lines."""
-  return tuple(dict.fromkeys(r for m in ALL for s in m.sections for r in s.renamed))
-
-
-def renamed_values() -> tuple[tuple[str, object, object], ...]:
-  """(key, old value, new value) of every method's config section: values older versions named after a method."""
-  return tuple(dict.fromkeys(r for m in ALL for s in m.sections for r in s.renamed_values))
-
-
 def step_kind(name: str) -> StepKind:
   """The step kind called `name` ("clic", "clic_clip", "read", …) of any method."""
   for m in ALL:
@@ -48,4 +38,4 @@ def step_kind(name: str) -> StepKind:
   raise ValueError(f"step kind {name!r}: use one of {tuple(dict.fromkeys(k.name for m in ALL for k in m.kinds))}")
 
 
-__all__ = ["ALL", "Method", "StepKind", "get", "names", "renamed_keys", "renamed_values", "step_kind"]
+__all__ = ["ALL", "Method", "StepKind", "get", "names", "step_kind"]

@@ -20,8 +20,38 @@ from compclip_jax.models.clip import CLIP
 
 # (record, partner record or None, rng, tagger, the kind's options) → {"image": uint8 [S, S, 3], "texts": [str], …}
 SampleFn = Callable[[dict, dict | None, np.random.Generator, Tagger | None, Any], dict]
-# (merged model, global batch, this step's rng, (mean, std), the run's config) → (loss [], metrics {name: []})
-LossFn = Callable[[nnx.Module, dict, jax.Array, tuple, ml_collections.ConfigDict], tuple[jax.Array, dict]]
+# (merged model, global batch, this step's rng, (mean, std), the kind's loss options) → (loss [], metrics {name: []})
+LossFn = Callable[[nnx.Module, dict, jax.Array, tuple, Any], tuple[jax.Array, dict]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SigmoidForms:
+  """How the methods' terms read a sigmoid-family model (SigLIP; config section `siglip`, docs/siglip.md); a CLIP
+  ignores them. contrastive: "sigmoid" (SigLIP's pairwise loss, each of an image's positives a +1 label, every other
+  text −1) | "softmax" (the CLIP forms with the model's scale; its bias cancels). negatives (with "sigmoid"):
+  "columns" (each swap negative an extra −1 column for every image) | "pair_softmax" (the softmax over each
+  (positive, negative) pair, with the model's scale; the bias cancels)."""
+  contrastive: str
+  negatives: str
+
+
+def sigmoid_forms(c: ml_collections.ConfigDict) -> SigmoidForms:
+  """The run's `siglip` section as typed options (what a kind without terms of its own gets as its loss options)."""
+  return options_from(SigmoidForms, c, "siglip")
+
+
+def options_from(cls, c: ml_collections.ConfigDict, section: str, **given):
+  """`cls` (a dataclass of loss options) from config section `section`: each field not in `given` is the section's
+  key of that name. A key the config lacks is a ValueError naming it (each value is set in exactly one place: the
+  recipe, configs/<name>.py)."""
+  values = dict(given)
+  for f in dataclasses.fields(cls):
+    if f.name in values:
+      continue
+    if section not in c or f.name not in c[section]:
+      raise ValueError(f"the config has no {section}.{f.name}: its recipe (configs/<method>.py) sets it")
+    values[f.name] = c[section][f.name]
+  return cls(**values)
 
 
 def image_options(c: ml_collections.ConfigDict, image_size: int) -> ImageOptions:
@@ -56,6 +86,8 @@ class StepKind:
   name: str  # pipeline layout, data-state and `loss/<name>` key: checkpointed, never rename
   sample: SampleFn
   loss: LossFn
+  # config → the typed options its `loss` gets, built once per run (train/state.py): loss weights and switches
+  loss_options: Callable[[ml_collections.ConfigDict], Any] = sigmoid_forms
   # (config, the model's input size) → the picklable options its `sample` gets (an ImageOptions or an extension)
   options: Callable[[ml_collections.ConfigDict, int], ImageOptions] = image_options
   # (options, model mean, model std) → the (mean, std) the step applies on device to the batch's uint8 images
@@ -108,25 +140,22 @@ def out_of_range(c: ml_collections.ConfigDict, rules: tuple[tuple[str, tuple], .
   return out
 
 
-def coco_data(c: ml_collections.ConfigDict) -> None:
-  """A recipe that changes nothing but the data format: COCO-style captions (several per image)."""
-  c.data.source = "coco"
-
-
 @dataclasses.dataclass(frozen=True)
 class Section:
-  """A method's own config section, `config.<name>`: its defaults, its checks, the keys it took over from the flat
-  layout of older versions (`renamed`: old dotted key → new one, so old workdirs and command lines carry over), the
-  keys a checkpoint cannot continue with when changed (`fixed`) and its values for a smoke run (`runlocal`)."""
+  """A method's own config section, `config.<name>`: the keys it must hold (set by the recipes,
+  configs/<name>.py), its checks, the keys a checkpoint cannot continue with when changed (`fixed`) and those that do
+  not change what is trained (`neutral`)."""
   name: str
-  defaults: Callable[[], dict]
+  keys: tuple[str, ...]
   problems: Callable[[ml_collections.ConfigDict], list[str]] = no_problems  # given the whole config
-  renamed: tuple[tuple[str, str], ...] = ()
-  # (key, old value, new value): values older versions named after this method (e.g. its schedule's old name)
-  renamed_values: tuple[tuple[str, object, object], ...] = ()
   fixed: tuple[str, ...] = ()
   neutral: tuple[str, ...] = ()  # keys that do not change what is trained (may differ between starts of one run)
-  runlocal: Callable[[ml_collections.ConfigDict], None] | None = None  # applied to the whole config
+
+  def missing(self, c: ml_collections.ConfigDict) -> list[str]:
+    """The section's keys `c` lacks (a recipe that leaves one out)."""
+    if self.name not in c:
+      return [self.name]
+    return [f"{self.name}.{k}" for k in self.keys if k not in c[self.name]]
 
 
 @dataclasses.dataclass
@@ -140,16 +169,13 @@ class Extension:
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """A training method: the single home of what it trains with (its `configs/<name>.py` holds the recipe)."""
+  """A training method: the single home of what it trains with (its recipe, the values, is configs/<name>.py)."""
   name: str  # config.method
   kinds: tuple[StepKind, ...]  # every kind it may run; kinds[0] is its main step
   console_terms: tuple[str, ...]  # loss terms the console line shows: metric `x/<term>` for each term
   # config → the step kinds of one period of the schedule: step g runs cycle[g % len(cycle)] (METHODS §1.4)
   cycle: Callable[[ml_collections.ConfigDict], tuple[StepKind, ...]] | None = None
   sections: tuple[Section, ...] = ()  # its config sections (config.<section.name>)
-  # config → None: sets the reference's recipe on the shared sections (optimiser, schedule, batch, data, the
-  # trainable / frozen rules); configs/<name>.py applies it
-  recipe: Callable[[ml_collections.ConfigDict], None] = coco_data
   # (config, CLIP config, CLIP's flat initial parameters, make_clip(cfg, rngs=None) → a CLIP module,
   # shapes_only=bool) → Extension: the model the steps train (e.g. READ's CLIP + W + frozen T5 decoder); None: CLIP
   # itself. shapes_only: the Extension's flat holds ShapeDtypeStructs, no weights read or drawn
@@ -161,7 +187,10 @@ class Method:
   needs_parse: bool = False  # its negatives need the dependency parse (noun chunks) of a prepared source
 
   def problems(self, c: ml_collections.ConfigDict) -> list[str]:
-    """Every problem of the method's config sections (each section's own checks)."""
+    """Every problem of the method's config sections: a key its recipe left out, then each section's own checks."""
+    missing = [k for s in self.sections for k in s.missing(c)]
+    if missing:
+      return [f"the config has no {', '.join(missing)}: configs/{self.name}.py sets every key of its sections"]
     return [e for s in self.sections for e in s.problems(c)]
 
   def schedule(self, c: ml_collections.ConfigDict) -> tuple[StepKind, ...]:
@@ -228,15 +257,9 @@ def logit_scale(clip: CLIP) -> jax.Array:
   return jnp.exp(clip.logit_scale[...].astype(jnp.float32).reshape(()))
 
 
-def logit_bias(clip: CLIP, c: ml_collections.ConfigDict) -> jax.Array | None:
+def logit_bias(clip: CLIP, forms: SigmoidForms) -> jax.Array | None:
   """SigLIP's b, fp32 [], when the losses take their sigmoid forms: a sigmoid family (its `logit_bias_value`) with
-  `siglip.contrastive="sigmoid"`. None: the softmax forms the references define — a CLIP, or a SigLIP with
-  `siglip.contrastive="softmax"` (its scale; the bias cancels in every softmax). docs/siglip.md."""
+  `forms.contrastive == "sigmoid"`. None: the softmax forms the references define — a CLIP, or a SigLIP with
+  contrastive "softmax" (its scale; the bias cancels in every softmax). docs/siglip.md."""
   bias = clip.logit_bias_value()
-  return bias if bias is not None and c.siglip.contrastive == "sigmoid" else None
-
-
-def negatives_form(c: ml_collections.ConfigDict) -> str:
-  """`siglip.negatives` (how a sigmoid form takes the swap negatives), or its default "columns" for a hand-built
-  config without a siglip section: a CLIP's losses never read it."""
-  return c.siglip.negatives if "siglip" in c else "columns"
+  return bias if bias is not None and forms.contrastive == "sigmoid" else None

@@ -34,11 +34,11 @@ class TextTransformer(nnx.Module):
   def __call__(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] (L ≤ context_length) → pooled [B, W]: the final-LN hidden state at EOT. The last block runs
     at the EOT position only (Encoder's `rows`): `hidden_states(ids)[b, eot[b]]` to fp32 rounding (≤ 1e-6, tested)."""
-    return self.finallayer_norm(self.encoder(self._embed(ids), causal=True, rows=eot_positions(ids, self.cfg)))
+    return self.final_layer_norm(self.encoder(self._embed(ids), causal=True, rows=eot_positions(ids, self.cfg)))
 
   def hidden_states(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] → hidden [B, L, W] after the final LN, every position (HF's `last_hidden_state`)."""
-    return self.finallayer_norm(self.encoder(self._embed(ids), causal=True))
+    return self.final_layer_norm(self.encoder(self._embed(ids), causal=True))
 
   def _embed(self, ids: jax.Array) -> jax.Array:
     e = self.embeddings

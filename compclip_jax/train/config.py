@@ -1,22 +1,24 @@
-"""The run's config: the sections every method shares (`base`), the `:runlocal` / `:demo` presets, the checks of the
-shared sections, and older flat keys carried over to the method sections (`migrate`, `migrate_flat`).
+"""The shared part of every recipe and the checks of the shared sections.
 
-A config is `base(method)` (+ the method's `Section`s, config.<section>) with the method's recipe applied
-(configs/<name>.py). Everything here is values: no code path depends on which method runs. `problems` lists the
-shared values that make no sense (train/trainer.py `validate` adds the rest); `key_problem` names the nearest key of a
-mistyped one.
+A recipe, configs/<name>.py, is `base(method)` — the sections no paper sets (where the data and the model come from,
+the mesh, checkpoints, the loop, how benchmarks are read, how a sigmoid family takes the terms) — plus every value a
+reader of the paper looks for: the precision, the data, the batch, the steps, the schedule and optimiser, the loss
+weights, what is frozen, the benchmarks. Its variants are `:key=value` arguments (`parse_arg`): `runlocal` and `demo`
+(`runlocal`, `demo`: values only), `model=B/32` (a random model of that architecture, for the compile check and the
+benchmarks), `family=siglip` (with runlocal / demo: the tiny SigLIP). Everything here is values: no code path depends
+on which method runs. `problems` lists the shared values that make no sense (train/trainer.py `validate` adds the
+rest); `key_problem` names the nearest key of a mistyped one.
 """
 from __future__ import annotations
 
 import difflib
-import logging
 
 import ml_collections
 
 from compclip_jax.data import records
 from compclip_jax.errors import UserError
 from compclip_jax.methods import base as methods_base
-from compclip_jax.methods.base import Method
+from compclip_jax.models import TINY
 
 
 class ConfigError(UserError, ValueError):
@@ -33,87 +35,24 @@ CLIP_VISION = (r"vision_model\..*", r"visual_projection\..*")
 DECAY_2D = (r".*\.(kernel|embedding)", r".*\.in_proj_weight")
 NO_DECAY_2D = (r".*\.(bias|scale)", r"(clip\.)?logit_scale", r".*class_embedding", r"(clip\.)?logit_bias",
                r".*\.head\.probe", r".*\.in_proj_bias")
-# The rules that name SigLIP's parameters alone (added 2026-12-05): they match no CLIP parameter, so a run recorded
-# before they existed is the same run without them (`carry_added_rules`)
-SIGLIP_RULES = (r"logit_bias", r"(clip\.)?logit_bias", r"clip\.logit_bias", r".*\.in_proj_weight", r".*\.in_proj_bias",
-                r".*\.head\.probe")
-RULE_KEYS = ("optim.trainable", "optim.frozen", "optim.decay", "optim.no_decay")
+# the architectures `:model=` names (the papers' ViT-B/32 and the larger ViT-L/14, OpenAI's quick-GELU towers)
+MODELS = {"B/32": "ViT-B-32-quickgelu", "L/14": "ViT-L-14-quickgelu", "B/16": "ViT-B-16-quickgelu"}
 
 
-def _model() -> dict:
-  # precision / speed (docs/performance.md): compute dtype per tower ("" → compute_dtype; trained parameters and
-  # AdamW state stay fp32, logits and losses fp32); attention "explicit" (reference numerics) | "xla" | "cudnn" |
-  # "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16); remat_policy "full" | "dots_no_batch" |
-  # "dots_saveable" | "none", used when remat_text; scan_layers: each tower's blocks as one lax.scan (compiled once;
-  # docs/tpu.md).
-  # remat_text is on by default: the same function, +20 % of the text step's FLOPs, and what makes the paper configs
-  # fit their TPUs with margin (ViT-L/14 text-side training at batch 800 on a v4-8; docs/tpu.md); the tiny
-  # :runlocal / :demo runs on CPU turn it off. remat_vision (off) does the same for the vision tower's blocks, for a
-  # method that trains them (a ViT-L/14 one at 256 on a v5e-8 needs it for a 10 % margin: docs/tpu.md)
-  return dict(init="", model_name="", activation="", random="", frozen_dtype="bfloat16", compute_dtype="float32",
-              remat_text=True, text_compute_dtype="", vision_compute_dtype="", attention="explicit",
-              remat_policy="full", scan_layers=False, remat_vision=False)
-
-
-def _data() -> dict:
-  # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
-  # data.source: csv, coco, prepared (data.path), tfds (below) or synthetic: the generated world
-  # (compclip_jax/data/synthetic/scenes.py) of data.synthetic_size scenes seeded by `seed`, written once into data.path
-  # (default <workdir>/world), read as CSV rows (synthetic_format="csv") or COCO JSON + paraphrases ("coco");
-  # synthetic_binding_noise p: each caption names the two objects with their colours exchanged with probability p and,
-  # independently, their shapes exchanged with probability p (the demo's pretraining uses 0.5).
-  return dict(
-      source="csv",
-      path="",
-      image_root="",
-      paraphrases="",
-      splits=("train", "restval"),
-      num_workers=0,
-      max_skip_fraction=records.MAX_SKIP_FRACTION,
-      image_size=224,
-      synthetic_size=0,
-      synthetic_format="csv",
-      synthetic_binding_noise=0.0,
-      trim_tokens=True,
-      # METHODS §1.2 steps 3, 7: images with transparency resized with alpha, then alpha dropped (reference; False:
-      # alpha dropped first); the CLIP tokenizer cleans text as open_clip (ftfy, html)
-      alpha_premultiplied_resize=True,
-      clean_text=True,
-      # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped and
-      # counted as unsupported_extension (reference filter); True admits every format PIL reads
-      any_image_format=False,
-      **_tfds_data())
-
-
-def _tfds_data() -> dict:
-  # data.source="tfds" (data/tfds_source.py, docs/data.md): a TFDS dataset by name *with* its version, in
-  # tfds_data_dir (local or gs://), one split (sub-splits as "train[:10%]" too), read without TensorFlow; the
-  # feature key paths of the image, the captions (a text or a sequence of texts) and the id paraphrases are joined
-  # by. The defaults read coco_captions (the Karpathy splits). tfds_lowercase: lower-case the captions (as
-  # CSV rows are); tfds_split_sentences: cut each caption into sentences after . ! ? (one dense caption per image
-  # → a main caption + extra sentences)
-  return dict(tfds_name="coco_captions/2014:1.1.0", tfds_data_dir="", tfds_split="train", tfds_image_key="image",
-              tfds_captions_key="captions/text", tfds_id_key="image/id", tfds_lowercase=False,
-              tfds_split_sentences=False)
-
-
-def base(method: Method) -> ml_collections.ConfigDict:
-  """The shared sections with their defaults, plus `method`'s own sections (config.<name>)."""
+def base(method: str) -> ml_collections.ConfigDict:
+  """The sections no paper sets, for the method called `method`; the recipe adds the rest."""
   c = ml_collections.ConfigDict()
-  c.method = method.name
+  c.method = method
   c.seed = 0
-  c.model = _model()
+  # model.init: an HF / open_clip / compclip checkpoint (load_clip); or model.random, a random model ("tiny", "demo",
+  # "siglip_tiny", "siglip_demo", an open_clip name). Speed knobs (docs/performance.md): compute dtype per tower
+  # ("" → model.compute_dtype, which the recipe sets); attention "explicit" (reference numerics) | "xla" | "cudnn" |
+  # "auto" (jax.nn.dot_product_attention, cuDNN on GPU in bf16); remat_policy "full" | "dots_no_batch" |
+  # "dots_saveable" | "none" for a rematerialised tower; scan_layers: each tower's blocks as one lax.scan (compiled
+  # once; docs/tpu.md); remat_vision: the vision tower's blocks rematerialised, for a method that trains them.
+  c.model = dict(init="", model_name="", activation="", random="", text_compute_dtype="", vision_compute_dtype="",
+                 attention="explicit", remat_policy="full", scan_layers=False, remat_vision=False)
   c.data = _data()
-  c.batch_size = 800
-  c.num_epochs = 1.0
-  c.total_steps = 0  # 0: from num_epochs × records / batch_size
-  # schedule "warmup_frac_cosine": linear start_lr → lr over warmup_frac of the steps, then cosine to end_lr;
-  # "warmup_steps_cosine": linear 0 → lr over warmup_steps, then cosine to 0; "constant". clamp_logit_scale: clip
-  # logit_scale to [0, ln 100] after every update (open_clip's training; what one reference intends but, acting on a
-  # copy, does not do: off, as the references train; docs/fidelity.md row 13)
-  c.optim = dict(schedule="warmup_frac_cosine", lr=1e-6, start_lr=1e-7, end_lr=1e-8, warmup_frac=0.2, warmup_steps=50,
-                 b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, trainable=CLIP_TEXT, frozen=CLIP_VISION,
-                 decay=DECAY_2D, no_decay=NO_DECAY_2D, clamp_logit_scale=False)
   c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
   # asynchronous: orbax writes a checkpoint in the background once it is on the host (train/checkpointing.py)
   c.checkpoint = dict(every_steps=200, keep=3, asynchronous=True)
@@ -123,62 +62,105 @@ def base(method: Method) -> ml_collections.ConfigDict:
   c.loop = dict(read_ahead=True, forbid_host_sync=False)
   c.peak_flops = 0.0  # per device, for the MFU estimate (e.g. 989e12 for an H100 in bf16); 0 → no MFU
   c.export = dict(hf=True, open_clip=False)
-  # Benchmarks run before training, every `every_steps` (0: only then and at the end) and at the end, logged as
-  # eval/<benchmark>/<metric>. Names as for python -m compclip_jax evaluate. Lists are tuples so that they can be
-  # overridden from the command line: --config.evals.benchmarks='("valse",)'. evals.source: "files"
-  # (evals.data_dir / image_dir) or "synthetic": the synthetic world's held-out benchmarks (evals.synthetic_size
-  # scenes seeded by seed + 1000), written once into evals.data_dir (default <workdir>/world/benchmarks).
-  # evals.coco_tfds (+ evals.tfds_data_dir): coco_retrieval from that TFDS dataset's split test, e.g.
-  # "coco_captions/2014:1.1.0" (evaluators/retrieval.py; data_dir / image_dir then only for the other benchmarks)
-  c.evals = dict(benchmarks=(), every_steps=0, source="files", data_dir="", image_dir="", synthetic_size=0,
-                 tie="strict", batch_size=64, coco_tfds="", tfds_data_dir="")
-  c.siglip = siglip()
-  for s in method.sections:
-    c[s.name] = s.defaults()
+  # Benchmarks (the recipe names them, evals.benchmarks) run before training, every `every_steps` (0: only then and
+  # at the end) and at the end, logged as eval/<benchmark>/<metric>. evals.source: "files" (evals.data_dir /
+  # image_dir) or "synthetic": the synthetic world's held-out benchmarks (evals.synthetic_size scenes seeded by
+  # seed + 1000), written once into evals.data_dir (default <workdir>/world/benchmarks). evals.coco_tfds (+
+  # evals.tfds_data_dir): coco_retrieval from that TFDS dataset's split test, e.g. "coco_captions/2014:1.1.0"
+  # (evaluators/retrieval.py; data_dir / image_dir then only for the other benchmarks)
+  c.evals = dict(every_steps=0, source="files", data_dir="", image_dir="", synthetic_size=0, tie="strict",
+                 batch_size=64, coco_tfds="", tfds_data_dir="")
+  # how the methods' terms read a sigmoid-family model (methods/base.SigmoidForms, docs/siglip.md); a CLIP ignores it
+  c.siglip = dict(contrastive="sigmoid", negatives="columns")
   return c
 
 
-def siglip() -> dict:
-  """How the methods' terms read a sigmoid-family model (SigLIP; docs/siglip.md, "Methods on SigLIP"); a CLIP ignores
-  them. contrastive: "sigmoid" (SigLIP's pairwise loss, each of an image's positives a +1 label, every other text −1)
-  | "softmax" (the CLIP forms with the model's scale; its bias cancels). negatives (with "sigmoid"): "columns" (each
-  swap negative an extra −1 column for every image) | "pair_softmax" (the softmax over each (positive, negative) pair,
-  with the model's scale; the bias cancels)."""
-  return dict(contrastive="sigmoid", negatives="columns")
+def _data() -> dict:
+  # data.path / image_root / paraphrases: where the recipe's data.source reads (csv, coco, prepared; tfds below; or
+  # synthetic: the generated world, compclip_jax/data/synthetic/, of data.synthetic_size scenes seeded by `seed`,
+  # written once into data.path (default <workdir>/world), read as CSV rows (synthetic_format="csv") or COCO JSON +
+  # paraphrases ("coco"); synthetic_binding_noise p: each caption names the two objects with their colours
+  # exchanged with probability p and, independently, their shapes (the demo's pretraining uses 0.5)).
+  # data.image_size only sets the input size of a random model (model.random); a loaded model brings its own.
+  return dict(
+      path="",
+      image_root="",
+      paraphrases="",
+      num_workers=0,
+      max_skip_fraction=records.MAX_SKIP_FRACTION,
+      image_size=224,
+      synthetic_size=0,
+      synthetic_format="csv",
+      synthetic_binding_noise=0.0,
+      trim_tokens=True,
+      # METHODS §1.2 step 3: images with transparency resized with alpha, then alpha dropped (reference; False:
+      # alpha dropped first)
+      alpha_premultiplied_resize=True,
+      # METHODS §1.1: CSV rows whose image path does not end in .png/.jpg/.jpeg (case-sensitive) are skipped and
+      # counted as unsupported_extension (reference filter); True admits every format PIL reads
+      any_image_format=False,
+      # data.source="tfds" (data/tfds_source.py, docs/data.md): a TFDS dataset by name *with* its version, in
+      # tfds_data_dir (local or gs://), one split (sub-splits as "train[:10%]" too), read without TensorFlow; the
+      # feature key paths of the image, the captions (a text or a sequence of texts) and the id paraphrases are
+      # joined by. The defaults read coco_captions (the Karpathy splits). tfds_lowercase: lower-case the captions (as
+      # CSV rows are); tfds_split_sentences: cut each caption into sentences after . ! ? (one dense caption per
+      # image → a main caption + extra sentences)
+      tfds_name="coco_captions/2014:1.1.0",
+      tfds_data_dir="",
+      tfds_split="train",
+      tfds_image_key="image",
+      tfds_captions_key="captions/text",
+      tfds_id_key="image/id",
+      tfds_lowercase=False,
+      tfds_split_sentences=False)
 
 
-ARGS = ("", "runlocal", "demo")
+# ------------------------------------------------------------------------------------------------ variants
+def parse_arg(arg: str, name: str, **defaults) -> ml_collections.ConfigDict:
+  """`--config=configs/<name>.py:ARG` → its values: ARG is comma-separated `key=value` or bare `key` (True), each
+  key one of `defaults`, whose types the values take (big_vision's convention). An unknown key or a value of the
+  wrong kind is a ConfigError naming the file."""
+  out = ml_collections.ConfigDict(defaults)
+  for part in filter(None, (p.strip() for p in arg.split(","))):
+    key, sep, value = part.partition("=")
+    if key not in defaults:
+      raise ConfigError(f"configs/{name}.py: unknown argument {key!r} (use {', '.join(sorted(defaults))}, comma-"
+                        f"separated, e.g. --config=configs/{name}.py:runlocal)")
+    kind = type(defaults[key])
+    if kind is bool:
+      if sep and value not in ("True", "False", "true", "false", "1", "0"):
+        raise ConfigError(f"configs/{name}.py: argument {key}={value}: True or False")
+      out[key] = not sep or value in ("True", "true", "1")
+    else:
+      out[key] = kind(value)
+  return out
 
 
-def for_method(method: Method, arg: str = "") -> ml_collections.ConfigDict:
-  """`method`'s config: the shared sections and its own (`base`), its reference recipe, then the `:arg` preset —
-  what configs/<name>.py returns."""
-  c = base(method)
-  method.recipe(c)
-  return with_arg(c, arg, method)
-
-
-def with_arg(c: ml_collections.ConfigDict, arg: str, method: Method) -> ml_collections.ConfigDict:
-  """Applies the `:arg` of `--config=configs/<name>.py:arg`."""
-  if arg == "runlocal":
-    return runlocal(c, method)
-  if arg == "demo":
-    return demo(c, method)
-  if arg:
-    raise ConfigError(f"configs/{method.name}.py: unknown argument {arg!r} (use one of: runlocal, demo; or none, "
-                      f"--config=configs/{method.name}.py)")
+def variant(c: ml_collections.ConfigDict, arg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The shared arguments of a recipe: `model=` (a random model of that architecture), then `runlocal` or `demo`
+  (values only), whose random model `family` picks."""
+  if arg.get("model"):
+    if arg.model not in MODELS:
+      raise ConfigError(f"configs/{c.method}.py: model={arg.model}: use one of {', '.join(MODELS)}")
+    c.model.random, c.data.image_size = MODELS[arg.model], 224
+  family = arg.get("family") or next(iter(TINY))
+  if family not in TINY:
+    raise ConfigError(f"configs/{c.method}.py: family={family}: use one of {', '.join(TINY)}")
+  if arg.get("runlocal") and arg.get("demo"):
+    raise ConfigError(f"configs/{c.method}.py: runlocal and demo are two presets: give one")
+  if arg.get("runlocal") or arg.get("demo"):
+    runlocal(c, model=TINY[family])
+  if arg.get("demo"):
+    demo(c)
   return c
 
 
-def runlocal(c: ml_collections.ConfigDict, method: Method, world_size: int = 64) -> ml_collections.ConfigDict:
-  """A tiny random model on the synthetic world (written into the workdir), in the format the method reads (CSV
-  rows, or COCO JSON + paraphrases), evaluated on its held-out benchmarks: a minute on a laptop CPU."""
-  c.model.random = "tiny"
+def runlocal(c: ml_collections.ConfigDict, world_size: int = 64, model: str = "tiny") -> ml_collections.ConfigDict:
+  """A tiny random model (`model`) on the synthetic world (written into the workdir), in the format the recipe reads
+  (CSV rows, or COCO JSON + paraphrases), evaluated on its held-out benchmarks: a minute on a laptop CPU."""
+  c.model.random = model
   c.model.frozen_dtype = "float32"
   c.model.remat_text = False  # a tiny model on a CPU: the second forward costs time and saves nothing that matters
-  for s in method.sections:
-    if s.runlocal is not None:
-      s.runlocal(c)
   c.data.source, c.data.synthetic_format, c.data.synthetic_size = "synthetic", c.data.source, world_size
   c.data.image_size = 32
   c.batch_size = 8
@@ -193,10 +175,9 @@ def runlocal(c: ml_collections.ConfigDict, method: Method, world_size: int = 64)
   return c
 
 
-def demo(c: ml_collections.ConfigDict, method: Method) -> ml_collections.ConfigDict:
+def demo(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The fine-tuning step of the synthetic-world demo (`python -m compclip_jax.demo`, which brings the model it
-  starts from and points data.path / evals.data_dir at one shared world): config values only."""
-  runlocal(c, method)
+  starts from and points data.path / evals.data_dir at one shared world), on top of `runlocal`: values only."""
   c.data.synthetic_size = 16000
   c.data.image_size = 64
   c.evals.synthetic_size = 300
@@ -230,9 +211,34 @@ RANGES = (("batch_size", _POS), ("num_epochs", _POS), ("total_steps", (_NONNEG[0
 # (key, its values): the shared string switches
 CHOICES = (("siglip.contrastive", ("sigmoid", "softmax")), ("siglip.negatives", ("columns", "pair_softmax")))
 
+# what every recipe sets (configs/<name>.py; `base` holds none of them): the precision, the data, the batch and
+# steps, the schedule and optimiser, what trains, the benchmarks
+RECIPE_KEYS = ("model.compute_dtype", "model.frozen_dtype", "model.remat_text", "data.source", "data.splits",
+               "data.clean_text", "batch_size", "num_epochs", "total_steps", "optim.schedule", "optim.lr",
+               "optim.start_lr", "optim.end_lr", "optim.warmup_frac", "optim.warmup_steps", "optim.b1", "optim.b2",
+               "optim.eps", "optim.weight_decay", "optim.grad_clip", "optim.clamp_logit_scale", "optim.trainable",
+               "optim.frozen", "optim.decay", "optim.no_decay", "evals.benchmarks")
+
+
+def missing(c: ml_collections.ConfigDict) -> list[str]:
+  """The `RECIPE_KEYS` config `c` lacks."""
+  out = []
+  for key in RECIPE_KEYS:
+    node = c
+    for part in key.split("."):
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        out.append(key)
+        break
+      node = node[part]
+  return out
+
 
 def problems(c: ml_collections.ConfigDict) -> list[str]:
-  """Every shared value of `c` that makes no sense (`RANGES`, `CHOICES`), e.g. a learning rate ≤ 0 or a NaN."""
+  """Every shared value of `c` that makes no sense (`RANGES`, `CHOICES`), e.g. a learning rate ≤ 0 or a NaN; first,
+  the recipe's keys `c` lacks (one line: nothing else can be checked without them)."""
+  absent = missing(c)
+  if absent:
+    return [f"the config has no {', '.join(absent)}: a recipe (configs/<method>.py) sets every one"]
   out = methods_base.out_of_range(c, RANGES)
   for key, values in CHOICES:
     section, name = key.split(".")
@@ -266,66 +272,3 @@ def key_problem(c: ml_collections.ConfigDict, key: str) -> str | None:
       return f"no such config key: did you mean {near[0]}?"
     return f"no such config key ({section or 'the config'} has {', '.join(keys) or 'no keys'})"
   return None
-
-
-# ------------------------------------------------------------------------------------------- older flat keys
-def rename(key: str, renamed: tuple[tuple[str, str], ...]) -> str | None:
-  """Today's name of an older dotted `key` (an entry of `renamed` ending in "." renames a prefix), or None."""
-  for old, new in renamed:
-    if key == old or (old.endswith(".") and key.startswith(old)):
-      return new + key[len(old):]
-  return None
-
-
-def new_value(key: str, value, renamed_values) -> object:
-  """Today's value of an older one (`Section.renamed_values`: e.g. a schedule once named after a method)."""
-  for k, old, new in renamed_values:
-    if k == key and value == old:
-      return new
-  return value
-
-
-# Keys added to the shared sections after runs were recorded, with the value that behaves as the code did before
-# (an older identity lacks them: read as these, it resumes without a difference).
-ADDED = {
-    **{f"data.{k}": v for k, v in _tfds_data().items()},  # 2026-12-03: data.source="tfds"
-    "optim.clamp_logit_scale": False,  # 2026-12-03: unclamped, as before
-    "model.remat_vision": False,  # 2026-12-04: the vision tower's blocks stored, as before
-    **{f"siglip.{k}": v for k, v in siglip().items()},  # 2026-12-05: SigLIP training (a CLIP ignores them)
-}
-
-
-def migrate_flat(flat: dict, renamed: tuple[tuple[str, str], ...], renamed_values=(),
-                 keep: set | None = None) -> tuple[dict, list]:
-  """A flat {dotted key: value} (a recorded run identity) with older keys and values renamed; renamed keys not in
-  `keep` (another method's sections, which older configs carried) are dropped. → (migrated, [(old, new)] of the
-  renamed keys kept)."""
-  out, moved = {}, []
-  for k, v in flat.items():
-    new = rename(k, renamed)
-    if new is not None:
-      if keep is not None and new not in keep:
-        continue
-      moved.append((k, new))
-      k = new
-    out[k] = new_value(k, v, renamed_values)
-  for k, v in ADDED.items():  # keys added since: the value that is how the code behaved before them
-    if keep is None or k in keep:
-      out.setdefault(k, v)
-  return out, moved
-
-
-def carry_added_rules(old: dict, new: dict) -> dict:
-  """A recorded run identity `old` whose parameter rules are today's (`new`) less `SIGLIP_RULES` takes today's: the
-  rules added for SigLIP match no CLIP parameter, so that run trains what it trained (its trainable set says so)."""
-  out = dict(old)
-  for k in RULE_KEYS:
-    if k in old and k in new and list(old[k]) == [r for r in new[k] if r not in SIGLIP_RULES]:
-      out[k] = new[k]
-  return out
-
-
-def warn_renamed(moved: list, where: str) -> None:
-  """One warning line naming every older key of `where` and what it is now."""
-  if moved:
-    logging.warning("%s uses older config keys, read as today's: %s", where, ", ".join(f"{a} → {b}" for a, b in moved))

@@ -22,12 +22,11 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from compclip_jax import methods
+from compclip_jax import compat, methods
 from compclip_jax.evaluators import run as evaluation
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.models.clip import CLIP, clip_of
 from compclip_jax.train import checkpointing, runinfo
-from compclip_jax.train import config as config_lib
 from compclip_jax.train.metrics import MetricWriter
 from compclip_jax.train.state import Model, initial_flat
 from compclip_jax.train.trainer import ConfigError, Trainer, barrier, compile_step, setup, validate
@@ -105,11 +104,8 @@ def _previous_identity(workdir: str, identity: dict) -> dict | None:
   previous = runinfo.load(workdir)
   if previous is None:
     return None
-  keep = set(identity) | {"model.params", "optim.trainable_set"}
-  previous["identity"], moved = config_lib.migrate_flat(previous["identity"], methods.renamed_keys(),
-                                                        methods.renamed_values(), keep)
-  config_lib.warn_renamed(moved, os.path.join(workdir, runinfo.RUN_FILE))
-  previous["identity"] = config_lib.carry_added_rules(previous["identity"], identity)
+  previous["identity"] = compat.read_recorded_identity(previous["identity"], identity,
+                                                       os.path.join(workdir, runinfo.RUN_FILE))
   return previous
 
 
@@ -126,12 +122,8 @@ def _open_run(c, t: Trainer, workdir: str, allow: tuple[str, ...]) -> tuple[dict
   if previous is None and not has_steps and os.path.isdir(os.path.join(workdir, "export")):
     raise runinfo.WorkdirError(f"{workdir} holds an export but no record of the run that wrote it ({runinfo.RUN_FILE})"
                                ": use a new --workdir, or move export/ away if it is not wanted")
-  if previous is None and has_steps:  # run.json is written before the first step; without it, the checkpoints are
-    # older than it — and than today's kernel layout, so a square kernel would restore transposed, silently
-    raise runinfo.RunMismatch(
-        f"{ckpt_dir} holds checkpoints but {workdir} has no {runinfo.RUN_FILE}: they were written by a compclip_jax "
-        "older than 2026-12-01 (dense kernels [in, out], now [out, in]) and cannot be continued. Use a new --workdir; "
-        "to keep that run's weights, export them with the version that wrote them and fine-tune from the export")
+  if previous is None and has_steps:  # run.json is written before the first step: these are older than it
+    raise runinfo.RunMismatch(compat.checkpoints_without_run_file(ckpt_dir, workdir, runinfo.RUN_FILE))
   if previous is not None and runinfo.unmatched(previous["identity"], identity):
     logging.warning("%s: not recorded on both sides (another version of compclip_jax), not compared: %s", workdir,
                     ", ".join(runinfo.unmatched(previous["identity"], identity)))
@@ -356,7 +348,7 @@ def export(c, workdir: str, model: Model, trainable) -> None:
   pre = model.preprocess
   if c.export.hf:
     written = loading.save_clip(clip, os.path.join(workdir, "export", "hf"), "hf", tokenizer=model.tokenizer,
-                                preprocess=pre)
+                                preprocess=pre, source_config=model.source_config)
     kind = "CLIPModel" if isinstance(clip, CLIP) else "SiglipModel"
     logging.info("exported HF %s: %s", kind, os.path.dirname(written[0]))
   if c.export.open_clip:

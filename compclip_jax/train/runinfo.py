@@ -20,6 +20,7 @@ import os
 import socket
 import time
 
+from compclip_jax import compat
 from compclip_jax.data import tfds_source
 from compclip_jax.errors import UserError
 
@@ -119,8 +120,8 @@ def describe(config: dict, *, param_shapes: dict, trainable: list[str], data_rec
   c = config
   flat["total_steps"] = int(total_steps)
   shapes = {k: [list(s), str(d)] for k, (s, d) in sorted(param_shapes.items())}
-  # The layout is part of what a checkpoint holds: a square kernel [in, out] (before 2026-12) has the shape of one
-  # [out, in], so only this field tells a workdir of the old layout from one of the current (models/layers.py).
+  # The layout is part of what a checkpoint holds: a square kernel [in, out] (compat.py) has the shape of one
+  # [out, in], so only this field tells a workdir of the older layout from one of today's (models/layers.py).
   flat["model.params"] = {"count": len(param_shapes), "digest": _digest(shapes), "kernel_layout": KERNEL_LAYOUT}
   flat["optim.trainable_set"] = {"count": len(trainable), "digest": _digest(sorted(trainable))}
   for key in [k for k in flat if k == "init" or k.endswith(".init")]:  # model.init, a method's own checkpoints
@@ -181,8 +182,7 @@ def check(diffs: list, allow: tuple[str, ...], workdir: str, fixed_keys: tuple[s
                  "or method does not continue as another")
     if any(
         k == "model.params" and isinstance(a, dict) and a.get("kernel_layout") != KERNEL_LAYOUT for k, a, _ in fixed):
-      lines.append("  - its checkpoints hold dense kernels [in, out] (compclip_jax before 2026-12-01; now [out, in]): "
-                   "export them with that version (its export/hf loads here), then fine-tune from the export")
+      lines.append(compat.OLD_KERNEL_LAYOUT_WAY_OUT)
   raise RunMismatch("\n".join(lines))
 
 

@@ -43,6 +43,9 @@ class Model:
   preprocess_std: tuple
   export_info: object = None  # the method's (Extension.export_info), handed to its export_parts
   preprocess_squash: bool = False  # SigLIP's square resize instead of CLIP's resize + centre crop
+  # model.init's HF config.json (loading.read_source_config): the export writes it back, every field kept; None for a
+  # random model or an open_clip checkpoint
+  source_config: dict | None = None
 
   @property
   def preprocess(self) -> Preprocess:
@@ -110,10 +113,13 @@ def build_model(c: ml_collections.ConfigDict, method: Method, shapes_only: bool 
   if tok is None:
     raise UserError(f"{c.model.init}: no tokenizer (non-standard vocabulary without tokenizer files)")
   tok = tok.with_cleaning(c.data.clean_text)  # METHODS §1.2 step 7: open_clip's ftfy / html cleaning
+  source = loading.read_source_config(c.model.init) if c.model.init else None
   if method.extend_model is None:
-    return Model(abstract_clip(cfg), flat, cfg, tok, None, pre.mean, pre.std, preprocess_squash=pre.squash)
+    return Model(abstract_clip(cfg), flat, cfg, tok, None, pre.mean, pre.std, preprocess_squash=pre.squash,
+                 source_config=source)
   ext = method.extend_model(c, cfg, flat, make_clip, shapes_only=shapes_only)
-  return Model(ext.abstract, ext.flat, cfg, tok, ext.target_tokenizer, pre.mean, pre.std, ext.export_info, pre.squash)
+  return Model(ext.abstract, ext.flat, cfg, tok, ext.target_tokenizer, pre.mean, pre.std, ext.export_info, pre.squash,
+               source_config=source)
 
 
 @dataclasses.dataclass
@@ -188,8 +194,8 @@ def jit_steps(c: ml_collections.ConfigDict, method: Method, model: Model, st: St
   out = {}
   for k in method.step_kinds(c):
     norm = k.normalization(k.options(c, size), model.preprocess_mean, model.preprocess_std)
-    out[k.name] = jax.jit(steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, c),
-                          in_shardings=(st.state_sh, st.frozen_sh, batch_sh), out_shardings=(st.state_sh, None),
+    step = steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, k.loss_options(c), c.optim.clamp_logit_scale)
+    out[k.name] = jax.jit(step, in_shardings=(st.state_sh, st.frozen_sh, batch_sh), out_shardings=(st.state_sh, None),
                           donate_argnums=(0,))
   return out
 

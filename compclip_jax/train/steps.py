@@ -27,19 +27,20 @@ class TrainState:
 
 
 def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransformation, schedule: optax.Schedule,
-              norm: tuple, c) -> Callable:
-  """The (unjitted) step function of `kind`, its images normalised with `norm` = (mean, std), its loss reading the
-  run's config `c` (its method's section); train/state.py jits it with shardings and donation."""
+              norm: tuple, loss_options, clamp_logit_scale: bool = False) -> Callable:
+  """The (unjitted) step function of `kind`, its images normalised with `norm` = (mean, std), its loss given
+  `loss_options` (`kind.loss_options(config)`, built once); `clamp_logit_scale` clips logit_scale to [0, ln 100]
+  after every update (optim.clamp_logit_scale). train/state.py jits it with shardings and donation."""
   def step(state: TrainState, frozen, batch: dict) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
 
     def objective(trainable):
-      return kind.loss(nnx.merge(graphdef, trainable, frozen), batch, rng, norm, c)
+      return kind.loss(nnx.merge(graphdef, trainable, frozen), batch, rng, norm, loss_options)
 
     (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.trainable)
     updates, opt_state = tx.update(grads, state.opt_state, state.trainable)
     trainable = optax.apply_updates(state.trainable, updates)
-    if c.optim.get("clamp_logit_scale"):
+    if clamp_logit_scale:
       trainable = optim.clamp_logit_scale(trainable)
     metrics = {
         **metrics, "lr": schedule(state.step), "grad_norm": optax.global_norm(grads),

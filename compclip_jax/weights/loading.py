@@ -5,6 +5,12 @@ Formats: an HF CLIP directory; an HF SigLIP / SigLIP 2 (fixed resolution) direct
 `open_clip_model.safetensors`); our own `compclip` directory (`compclip.json` + `model.safetensors` in our parameter
 names, dtypes kept).
 Nothing is ever downloaded, and nothing is unpickled unsafely.
+
+An export is the checkpoint it came from: a model `load_clip` reads from an HF directory carries that directory's
+config.json (`source_config_of`), and `save_clip` writes it back as the export's config.json with every field kept,
+only the values the model defines written over it where they differ (`hf.export_config`); a compclip directory
+carries it on (`hf_config` in compclip.json). A model built without one (random, open_clip) writes the config its
+architecture gives.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from typing import Callable, Mapping
 import numpy as np
 from flax import nnx
 
+from compclip_jax import compat
 from compclip_jax.data.images import Preprocess
 from compclip_jax.data.tokenizers import (CLIP_TOKENIZER_FILES, CLIPTokenizer, GemmaTokenizer, SiglipTokenizer,
                                           T5Tokenizer)
@@ -34,8 +41,11 @@ from compclip_jax.weights import files, hf, hf_tokenizer, maps, open_clip, open_
 
 FORMATS = files.FORMATS
 COMPCLIP_META = "compclip.json"
-COMPCLIP_VERSION = 2  # 2: dense kernels [out, in]; 1: [in, out]
+COMPCLIP_VERSION = 2  # dense kernels [out, in] (older versions: compat.COMPCLIP_VERSIONS)
 OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+# The model attribute holding its source config.json as JSON text: a static attribute (a str, hashable, as NNX wants
+# a graph's static values), so it stays with the model through nnx.split / merge / clone.
+SOURCE_CONFIG_ATTR = "source_config_json"
 
 
 def detect_format(path: str) -> str:
@@ -78,20 +88,43 @@ def read_checkpoint(path: str, model_name: str | None = None, activation: str | 
     return (fmt, *open_clip.read(_open_clip_file(path), model_name, activation))
   meta = hf.read_json(os.path.join(path, COMPCLIP_META))
   version = meta.get("version")
-  if version not in (1, COMPCLIP_VERSION):
-    raise ValueError(f"{os.path.join(path, COMPCLIP_META)}: compclip format version {version!r}, this code reads 1 "
-                     f"and {COMPCLIP_VERSION} (written by a newer compclip_jax? upgrade it)")
+  if version not in compat.COMPCLIP_VERSIONS:
+    raise ValueError(f"{os.path.join(path, COMPCLIP_META)}: compclip format version {version!r}, this code reads "
+                     f"{compat.COMPCLIP_VERSIONS} (written by a newer compclip_jax? upgrade it)")
   tensors = files.read_safetensors(os.path.join(path, "model.safetensors"))
   return fmt, _config_from_dict(meta["clip"]), maps.RawCheckpoint(path, tensors,
                                                                   functools.partial(_compclip_rules, version))
 
 
+def read_source_config(path: str) -> dict | None:
+  """The HF config.json of a checkpoint, which its exports write back (`save_clip(…, source_config=)`): an HF
+  directory's own, the one a compclip directory carries (`hf_config` in compclip.json, when it was saved from a model
+  that had one), None for an open_clip state dict (its config is not an HF one) and an older compclip directory."""
+  fmt = detect_format(path)
+  if fmt == "hf":
+    return hf.read_json(os.path.join(path, "config.json"))
+  if fmt == "compclip":
+    return hf.read_json(os.path.join(path, COMPCLIP_META)).get("hf_config")
+  return None
+
+
+def source_config_of(model: CLIP | SigLIP) -> dict | None:
+  """The config.json `model` was read from (`load_clip` of an HF or compclip directory), a fresh copy; None for a
+  model built otherwise."""
+  text = getattr(model, SOURCE_CONFIG_ATTR, None)
+  return None if text is None else json.loads(text)
+
+
+def _with_source_config(model, config: Mapping | None):
+  """`model`, carrying `config` (left as it is for None: its graph stays a plain model's)."""
+  if config is not None:
+    setattr(model, SOURCE_CONFIG_ATTR, json.dumps(config))
+  return model
+
+
 def _compclip_rules(version: int, paths) -> list[maps.Rule]:
-  """Our names as they are; version 1 (before 2026-12) stored dense kernels [in, out], the current layout is
-  [out, in] (compclip_jax/models/layers.py), so a version-1 file's 2-D kernels are transposed as they are read."""
-  conv = "vision_model.embeddings.patch_embedding.kernel"
-  old = lambda k: version == 1 and k.endswith(".kernel") and k != conv
-  return [maps.Rule((k,), k, maps.TRANSPOSE if old(k) else maps.KEEP) for k in paths]
+  """Our names as they are, older formats' tensors read as today's (compat.compclip_transposed)."""
+  return [maps.Rule((k,), k, maps.TRANSPOSE if compat.compclip_transposed(version, k) else maps.KEEP) for k in paths]
 
 
 def _config_from_dict(d: dict) -> clip_config.CLIPConfig:
@@ -203,12 +236,18 @@ def load_clip(path: str, *, model_name: str | None = None, activation: str | Non
   directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   tokenizer, preprocess = _tokenizer_for(path, fmt, cfg), _preprocess_for(directory, cfg)
   # One device_put copies the file's bytes (mapped, in our [out, in] layout already) onto the device.
-  return params.fill_in_place(model, flat), tokenizer, preprocess
+  model = _with_source_config(params.fill_in_place(model, flat), read_source_config(path))
+  return model, tokenizer, preprocess
 
 
 def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIPTokenizer | None = None,
-              preprocess: Preprocess | None = None) -> list[str]:
+              preprocess: Preprocess | None = None, source_config: Mapping | None = None) -> list[str]:
   """Writes `model` as 'hf' (a directory), 'open_clip' (a .safetensors file, or a directory) or 'compclip'.
+
+  'hf' writes the config.json the model came from (`source_config`, by default the one `load_clip` read,
+  `source_config_of(model)`) with every field kept and the model's own values written over it where they differ
+  (`hf.export_config`); a compclip directory stores it for its own exports; without one, the config the architecture
+  gives. InputError, before anything is written, for a source config of the other family.
 
   With `tokenizer`, 'hf' and 'compclip' directories get its files: copied when it came from files, else written from
   the built-in BPE (vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json), so `CLIPProcessor.
@@ -217,8 +256,11 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
   """
   if format not in FORMATS:
     raise ValueError(f"format {format!r}: use one of {FORMATS}")
+  source = source_config_of(model) if source_config is None else source_config
+  if source is not None and format != "open_clip":
+    hf.export_config(model.cfg, source)  # the other family's config is refused before anything is written
   if isinstance(model, SigLIP):
-    return _save_siglip(model, out_path, format, tokenizer, preprocess)
+    return _save_siglip(model, out_path, format, tokenizer, preprocess, source)
   cfg, flat = model.cfg, params.flat_params(model)
   preprocess = preprocess or Preprocess(size=cfg.vision.image_size)
   if format == "open_clip":
@@ -239,11 +281,14 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
     directory = out_path
     os.makedirs(directory, exist_ok=True)
     if format == "hf":
-      written = [os.path.join(directory, f) for f in hf.save_clip_dir(cfg, flat, directory)]
+      written = [os.path.join(directory, f) for f in hf.save_clip_dir(cfg, flat, directory, source)]
     else:
+      meta = {"format": "compclip", "version": COMPCLIP_VERSION, "clip": dataclasses.asdict(cfg)}
+      if source is not None:  # the config.json this directory's HF exports write (read_source_config)
+        meta["hf_config"] = hf.export_config(cfg, source)
       files.write_safetensors(flat, os.path.join(directory, "model.safetensors"), {"format": "compclip"})
       with open(os.path.join(directory, COMPCLIP_META), "w") as f:
-        json.dump({"format": "compclip", "version": COMPCLIP_VERSION, "clip": dataclasses.asdict(cfg)}, f, indent=2)
+        json.dump(meta, f, indent=2)
       written = [os.path.join(directory, f) for f in ("model.safetensors", COMPCLIP_META)]
     with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:
       json.dump(preprocess.to_hf_dict(), f, indent=2)
@@ -265,12 +310,12 @@ def save_clip(model: CLIP, out_path: str, format: str = "hf", *, tokenizer: CLIP
 
 
 def _save_siglip(model: SigLIP, directory: str, format: str, tokenizer: SiglipTokenizer | GemmaTokenizer | None,
-                 preprocess: Preprocess | None) -> list[str]:
-  """An HF SigLIP directory `transformers.SiglipModel` and `AutoProcessor` load: config.json, model.safetensors
-  (fp32), preprocessor_config.json, and with `tokenizer` its files (SigLIP: spiece.model; SigLIP 2: Gemma's
-  tokenizer.model, tokenizer.json when it came with one) and tokenizer config. format='open_clip': an open_clip /
-  timm SigLIP state dict (`directory`: a .safetensors path or a folder) with its open_clip_config.json and the
-  tokenizer's files beside it (weights/open_clip_siglip.py)."""
+                 preprocess: Preprocess | None, source: Mapping | None) -> list[str]:
+  """An HF SigLIP directory `transformers.SiglipModel` and `AutoProcessor` load: config.json (`source` with every
+  field kept, `hf.export_config`), model.safetensors (fp32), preprocessor_config.json, and with `tokenizer` its files
+  (SigLIP: spiece.model; SigLIP 2: Gemma's tokenizer.model, tokenizer.json when it came with one) and tokenizer
+  config. format='open_clip': an open_clip / timm SigLIP state dict (`directory`: a .safetensors path or a folder)
+  with its open_clip_config.json and the tokenizer's files beside it (weights/open_clip_siglip.py)."""
   if format not in ("hf", "open_clip"):
     raise InputError(f"format {format!r}: a SigLIP model is written as format='hf' (an HF SiglipModel directory) or "
                      "'open_clip' (an open_clip/timm state dict)")
@@ -279,7 +324,7 @@ def _save_siglip(model: SigLIP, directory: str, format: str, tokenizer: SiglipTo
     target = directory if directory.endswith(".safetensors") else os.path.join(directory, OPEN_CLIP_FILES[0])
     written = open_clip_siglip.write(cfg, params.flat_params(model), target)
     return written + (tokenizer.write_files(os.path.dirname(os.path.abspath(target))) if tokenizer else [])
-  written = [os.path.join(directory, f) for f in hf.save_siglip_dir(cfg, params.flat_params(model), directory)]
+  written = [os.path.join(directory, f) for f in hf.save_siglip_dir(cfg, params.flat_params(model), directory, source)]
   preprocess = preprocess or Preprocess(size=cfg.vision.image_size, mean=siglip_config.MEAN, std=siglip_config.STD,
                                         squash=True)
   with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:

@@ -31,6 +31,7 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
   # no generic top-level `configs` is installed; the configs ship inside the package and load by name
   probe = ("import importlib.util, sys, compclip_jax\n"
            "from compclip_jax import recipes as config_files\n"
+           "from compclip_jax.cli import config_args\n"
            "assert importlib.util.find_spec('configs') is None, importlib.util.find_spec('configs')\n"
            "from absl import flags\n"
            "from ml_collections import config_flags\n"
@@ -38,7 +39,7 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
            "out = [compclip_jax.__file__, config_files.configs_dir()]\n"
            f"for spec in ('clic', 'read:runlocal', {os.path.join(ROOT, 'configs', 'clic.py') + ':runlocal'!r}):\n"
            "  flags.FLAGS.unparse_flags()\n"
-           "  flags.FLAGS(config_files.resolve_argv(['x', '--config=' + spec]))\n"
+           "  flags.FLAGS(config_args.resolve_argv(['x', '--config=' + spec]))\n"
            "  out.append(flags.FLAGS.config.method + '/' + str(flags.FLAGS.config.total_steps))\n"
            "print(' '.join(out))\n")
   where = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env)

@@ -16,9 +16,11 @@ from tests import paths
 ENV = {**os.environ, "PYTHONPATH": paths.ROOT}
 
 
-def _run(module: str, *args: str, cwd: str = paths.ROOT) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", f"compclip_jax.{module}", *args], cwd=cwd, env=ENV, capture_output=True,
-                        text=True, timeout=300)
+def _run(command: str, *args: str, cwd: str = paths.ROOT) -> subprocess.CompletedProcess:
+  """`python -m compclip_jax.main` / `.demo` (their own modules), else `python -m compclip_jax COMMAND`."""
+  module = [f"compclip_jax.{command}"] if command in ("main", "demo") else ["compclip_jax", command]
+  return subprocess.run([sys.executable, "-m", *module, *args], cwd=cwd, env=ENV, capture_output=True, text=True,
+                        timeout=300)
 
 
 def _one_line_refusal(out: subprocess.CompletedProcess, says: str, workdir) -> None:

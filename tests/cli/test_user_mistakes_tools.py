@@ -20,7 +20,7 @@ ENV = {**os.environ, "PYTHONPATH": paths.ROOT, "JAX_PLATFORMS": "cpu"}
 
 
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", f"compclip_jax.{tool}", *args], cwd=paths.ROOT, capture_output=True,
+  return subprocess.run([sys.executable, "-m", "compclip_jax", tool, *args], cwd=paths.ROOT, capture_output=True,
                         text=True, env=ENV, timeout=300)
 
 
@@ -232,11 +232,11 @@ def test_one_skip_limit_and_one_skip_summary(monkeypatch):
   from compclip_jax.data import prepare, records
   from compclip_jax.train import config as config_lib
   monkeypatch.setattr(records, "MAX_SKIP_FRACTION", 0.125)
-  assert config_lib._data()["max_skip_fraction"] == 0.125  # pylint: disable=protected-access
+  assert config_lib.base("clic").data.max_skip_fraction == 0.125
   assert prepare.counts is records.counts and records.counts(["b", "a", "b"]) == "b 2, a 1"
 
 
 def test_help_exits_0():
   for tool in ("evaluate", "convert", "prepare"):
     proc = _run(tool, "--help")
-    assert proc.returncode == 0 and f"python -m compclip_jax.{tool}" in proc.stdout, (tool, proc.stderr[-2000:])
+    assert proc.returncode == 0 and f"python -m compclip_jax {tool}" in proc.stdout, (tool, proc.stderr[-2000:])

@@ -122,7 +122,7 @@ def test_feature_paths_and_sentences():
 
 
 def _data_section(**kw):
-  d = config_lib.base(methods.get("read")).data
+  d = config_lib.base("read").data
   d.source = "tfds"
   for k, v in kw.items():
     d[k] = v

@@ -103,7 +103,7 @@ def test_console_line_shows_the_methods_terms(tmp_path):
 
 # ------------------------------------------------------------------------------------------- losses by hand
 B, L, T = 4, 12, 9
-LOSS = ml_collections.ConfigDict(
+LOSS_CONFIG = ml_collections.ConfigDict(
     dict(clic=dict(w_cont=0.5, w_sneg=0.5, w_uni=1.0), read=dict(w_con=1.0, w_rec=0.1, w_align=0.5,
                                                                  align_direction="para_to_orig", t5_dropout=False),
          siglip=dict(contrastive="sigmoid", negatives="columns")))  # a CLIP ignores it
@@ -166,7 +166,8 @@ def test_clic_read_loss_is_clic_plus_reads_terms_by_hand(model):
   kind = methods.step_kind("clic_read")
   norm = kind.normalization(clic_samples.Options(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
   assert norm == (IMAGENET_MEAN, IMAGENET_STD)
-  loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm, LOSS)
+  loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm,
+                      kind.loss_options(LOSS_CONFIG))
 
   img, pooled, txt = _by_hand_encoding(model, batch, IMAGENET_MEAN, IMAGENET_STD, 5)
   s = np.exp(float(model.clip.logit_scale[...]))
@@ -192,7 +193,8 @@ def test_read_loss_by_hand(model):
   }
   kind = methods.step_kind("read")
   norm = kind.normalization(clic_samples.Options(), clip_config.OPENAI_MEAN, clip_config.OPENAI_STD)
-  loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm, LOSS)
+  loss, m = kind.loss(model, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0), norm,
+                      kind.loss_options(LOSS_CONFIG))
 
   img, pooled, txt = _by_hand_encoding(model, batch, clip_config.OPENAI_MEAN, clip_config.OPENAI_STD, 4)
   para = _unit(model.clip.encode_text(jnp.asarray(batch["para_ids"])))
@@ -265,8 +267,8 @@ def test_each_config_switch_reaches_the_sample_options(name):
   name: flip one and exactly that field changes (a positional construction that shifted the fields — concat landing
   in another switch — made CLIC's single-image ablation train as CLIC itself)."""
   import dataclasses  # pylint: disable=import-outside-toplevel
-  from compclip_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
-  c = config_lib.for_method(methods.get(name), "runlocal")
+  from compclip_jax import recipes  # pylint: disable=import-outside-toplevel
+  c = recipes.load(name).get_config("runlocal")
   for kind in methods.get(name).step_kinds(c):
     base = kind.options(c, 48)
     assert base.image_size == 48

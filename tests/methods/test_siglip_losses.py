@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compclip_jax import methods
+from compclip_jax import recipes
 from compclip_jax.methods import base
 from compclip_jax.methods.clic import losses as clic_losses
 from compclip_jax.methods.clip import losses as clip_losses
@@ -174,7 +174,7 @@ def test_an_unknown_negative_form_is_refused(data):
 
 
 def _c(**siglip):
-  return ml_collections.ConfigDict({"siglip": {**config_lib.siglip(), **siglip}})
+  return base.sigmoid_forms(ml_collections.ConfigDict({"siglip": {**config_lib.base("clip").siglip, **siglip}}))
 
 
 def test_the_switch_softmax_gives_the_clip_forms_and_a_clip_never_takes_a_bias():
@@ -183,13 +183,14 @@ def test_the_switch_softmax_gives_the_clip_forms_and_a_clip_never_takes_a_bias()
   assert float(base.logit_bias(sig, _c())) == pytest.approx(-10.0)  # from scratch: b = −10 (SigLIP paper)
   assert base.logit_bias(sig, _c(contrastive="softmax")) is None
   assert base.logit_bias(clip, _c()) is None
-  assert base.negatives_form(ml_collections.ConfigDict({})) == "columns"  # a hand-built CLIP config: no section
-  assert base.negatives_form(_c(negatives="pair_softmax")) == "pair_softmax"
+  assert _c(negatives="pair_softmax").negatives == "pair_softmax"
+  with pytest.raises(ValueError, match="no siglip.contrastive"):  # a config without the section: named, not guessed
+    base.sigmoid_forms(ml_collections.ConfigDict({}))
   assert float(base.logit_scale(sig)) == pytest.approx(10.0)  # exp(log 10), the [1]-shaped parameter read as []
 
 
 def test_bad_siglip_values_are_config_problems():
-  c = config_lib.for_method(methods.get("clic"))
+  c = recipes.load("clic").get_config()
   assert config_lib.problems(c) == []
   c.siglip.contrastive, c.siglip.negatives = "hinge", "rows"
   assert config_lib.problems(c) == [

@@ -125,7 +125,8 @@ def test_clamp_logit_scale_clips_the_parameter_after_the_update_only_when_asked(
     batch = {k: np.zeros(shape, dtype) for k, (shape, dtype) in kind.batch_shapes(8, size, 8).items()}
     batch["ids"][..., 0], batch["ids"][..., 1] = 49406, 49407  # start and end tokens
     batch["image"] = np.random.default_rng(0).integers(0, 256, batch["image"].shape, dtype=np.uint8)
-    step = steps.make_step(kind, st.graphdef, st.tx, st.schedule, ((0.5,) * 3, (0.25,) * 3), c)
+    step = steps.make_step(kind, st.graphdef, st.tx, st.schedule, ((0.5,) * 3, (0.25,) * 3), kind.loss_options(c),
+                           c.optim.clamp_logit_scale)
     new, _ = jax.jit(step)(st.state, st.frozen, batch)
     out[on] = {params.tree_path_str(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(new.trainable)}
   assert abs(out[False]["logit_scale"]) > 50  # moved by ~lr: far outside [0, ln 100]

@@ -12,7 +12,7 @@ import time
 import pytest
 from flax import nnx
 
-from compclip_jax import methods
+from compclip_jax import compat, methods
 from tests import paths
 from compclip_jax.cli import app as cli
 from compclip_jax.train import runinfo
@@ -231,7 +231,6 @@ def test_a_run_recorded_under_the_older_flat_keys_is_the_same_run(name):
   """A run.json of the older layout (flat keys written by hand here, and the schedule's older name) reads as today's
   identity: no difference, nothing unmatched — so an old workdir resumes. Other methods' keys that older configs
   carried (READ's loss weights in a CLIC run) are dropped, not reported."""
-  from compclip_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
   from configs import clic_read  # pylint: disable=import-outside-toplevel
   c = (clic if name == "clic" else clic_read).get_config("runlocal")
   today = _describe(c)
@@ -240,20 +239,19 @@ def test_a_run_recorded_under_the_older_flat_keys_is_the_same_run(name):
   if name == "clic":
     old.update({"loss.w_rec": 0.1, "t5.random": False, "data.negclip_random_caption": False})  # not CLIC's
   assert set(old) != set(today)
-  migrated, moved = config_lib.migrate_flat(old, methods.renamed_keys(), methods.renamed_values(), set(today))
+  migrated, moved = compat.migrate_flat(old, set(today))
   assert ("loss.w_uni", "clic.w_uni") in moved and ("clip_every", "clic.clip_every") in moved
   assert migrated == today
   assert runinfo.differences(migrated, today) == [] and runinfo.unmatched(migrated, today) == []
 
 
 def test_older_command_line_keys_are_read_as_todays(caplog):
-  from compclip_jax import recipes as config_files  # pylint: disable=import-outside-toplevel
   argv = [
       "x", "--config=configs/read.py", "--config.t5.init=/t5", "--config.loss.w_rec=0.2",
       "--config.optim.schedule=read", "--allow_config_change=loss.w_rec,total_steps", "--config.optim.lr=1"
   ]
   with caplog.at_level("WARNING"):
-    out = config_files.migrate_argv(argv)
+    out = compat.migrate_argv(argv)
   assert out == [
       "x", "--config=configs/read.py", "--config.read.t5.init=/t5", "--config.read.w_rec=0.2",
       "--config.optim.schedule=warmup_steps_cosine", "--allow_config_change=read.w_rec,total_steps",
@@ -269,7 +267,6 @@ def test_a_workdir_written_before_the_method_sections_resumes(name):
   `python -m compclip_jax.main --config=configs/<name>.py:runlocal --config.total_steps=1`) read by today's code
   equals today's identity of the same run — config values, parameter shapes, trainable set — with nothing
   unmatched: such a workdir resumes."""
-  from compclip_jax.train import config as config_lib  # pylint: disable=import-outside-toplevel
   from compclip_jax.train import state  # pylint: disable=import-outside-toplevel
   with open(os.path.join(paths.FIXTURES, "old_layout", f"{name}_runlocal_identity.json")) as f:
     old = json.load(f)["identity"]
@@ -283,6 +280,5 @@ def test_a_workdir_written_before_the_method_sections_resumes(name):
                            data_records=old["data.records"], total_steps=1,
                            neutral=tuple(k for s in method.sections for k in s.neutral))
   assert runinfo.differences(old, today) or runinfo.unmatched(old, today)  # the layouts differ as written
-  migrated, _ = config_lib.migrate_flat(old, methods.renamed_keys(), methods.renamed_values(), set(today))
-  migrated = config_lib.carry_added_rules(migrated, today)  # as train/loop.py `_previous_identity` reads it
+  migrated = compat.read_recorded_identity(old, today, "run.json")  # as train/loop.py `_previous_identity` reads it
   assert runinfo.differences(migrated, today) == [] and runinfo.unmatched(migrated, today) == []

@@ -275,8 +275,8 @@ def test_convert_cli(hf_dir, tmp_path):
   b = safetensors.torch.load_file(tmp_path / "back" / "model.safetensors")
   for k in b:
     assert torch.equal(a[k], b[k]), k
-  help_text = subprocess.run([sys.executable, "-m", "compclip_jax", "convert", "--help"], capture_output=True, text=True,
-                             env=env, cwd=ROOT).stdout
+  help_text = subprocess.run([sys.executable, "-m", "compclip_jax", "convert", "--help"], capture_output=True,
+                             text=True, env=env, cwd=ROOT).stdout
   assert "--to" in help_text
 
 

@@ -5,7 +5,7 @@ configs run the same loaders, transforms and evaluators as a real run. Training 
 (`evals.source="synthetic"`, `compclip_jax.evaluators.run.benchmark_dirs`); each is written once, on process 0, and
 recorded in a manifest (`world.json`, `benchmarks.json`) that makes a rerun reuse it and refuse another (size, seed).
 
-World format 4 (issue 31: CLIC's data regime, rules fixed before any model of it existed; format 3's captions with
+World format 4 (CLIC's data regime, rules fixed before any model of it existed; format 3's captions with
 larger small objects and thinner textures, for the gate's collage halves; docs/demo.md). Every scene
 holds two objects, one small and one large, each with a colour (10), a shape (10) and a texture (plain, striped,
 dotted), one above, below or beside the other, on a background that the scene word names (outdoors, nearby,
@@ -281,7 +281,7 @@ def captions(sc: dict, rng: np.random.Generator, binding_noise: float = 0.0,
 
 WORLD_MANIFEST, BENCHMARKS_MANIFEST = "world.json", "benchmarks.json"
 WORLD_FORMAT = 4  # bump when the files a (size, seed) world holds change (2: larger objects, no third object;
-# 3: issue 31's world, two objects of four attributes, one first-sentence template, 22 extra-sentence templates;
+# 3: CLIC's data regime, two objects of four attributes, one first-sentence template, 22 extra-sentence templates;
 # 4: larger small objects, thin textures in shades of the object's own colour, for the collage binding gate)
 
 

@@ -17,8 +17,8 @@ One CLIC step, record → loss:
 The CLIP step (METHODS §1.4) is plain CLIP's (methods/clip.py) under its own kind, "clic_clip": the un-concatenated
 first image and sentence, symmetric InfoNCE. `clic.clip_every` = n: n CLIC steps, then one CLIP step; 0: CLIC steps only
 (`cycle`). All steps read one shuffled order (data/pipeline.py): step g takes global batch g of it.
-Trainable / frozen (`config.recipe`): the text side trains, the vision tower and its projection are frozen.
-Config section `clic` (methods/clic/config.py).
+Trainable / frozen (configs/clic.py): the text side trains, the vision tower and its projection are frozen.
+Config section `clic` (methods/clic/config.py), its values in configs/clic.py.
 """
 from __future__ import annotations
 
@@ -64,16 +64,17 @@ def encode(model, batch: dict, norm: tuple):
   return img, txt, base.logit_scale(clip)
 
 
-def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
+def loss(model, batch: dict, rng, norm: tuple, opts: config.LossOptions) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B] → losses.clic_loss (metrics clic/*)."""
   del rng
   img, txt, scale = encode(model, batch, norm)
-  return losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg, c.clic.w_uni,
-                          base.logit_bias(clip_of(model), c), base.negatives_form(c))
+  return losses.clic_loss(img, txt, batch["neg_valid"], scale, opts.w_cont, opts.w_sneg, opts.w_uni,
+                          base.logit_bias(clip_of(model), opts.forms), opts.forms.negatives)
 
 
-STEP = base.StepKind("clic", sample, loss, options=options, normalization=normalization, partner=needs_partner,
-                     layout=base.Layout(texts=5, negatives=()), min_sentences=2)
+STEP = base.StepKind("clic", sample, loss, loss_options=config.loss_options, options=options,
+                     normalization=normalization, partner=needs_partner, layout=base.Layout(texts=5, negatives=()),
+                     min_sentences=2)
 CLIP_STEP = base.StepKind("clic_clip", clip_method.sample, clip_method.loss)  # model's normalisation, no partner
 
 
@@ -87,4 +88,4 @@ def _schedule(c) -> tuple[base.StepKind, ...]:
 
 
 METHOD = base.Method("clic", (STEP, CLIP_STEP), console_terms=("cont", "sneg", "uni"), cycle=_schedule,
-                     sections=(config.SECTION,), recipe=config.recipe)
+                     sections=(config.SECTION,))

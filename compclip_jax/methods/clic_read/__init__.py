@@ -9,7 +9,7 @@ two text-side objectives as a plug-in for other methods; here they stack on CLIC
 3. CLIC's loss on them (w_cont·L_cont + w_sneg·L_S-Neg + w_uni·L_Uni, losses.clic_loss), plus
    - w_rec·L_rec: READ's frozen T5 decoder reads W·pooled(p1) and reconstructs p2 (losses.token_reconstruction);
    - w_align·L_align: READ's alignment on (p3, p4), each p4 classified among the batch's p3
-     (losses.sentence_alignment, `loss.align_direction`).
+     (losses.sentence_alignment, `read.align_direction`).
 
 Why p1 → p2: READ reconstructs an *alternative* caption of the same image, not the input. p2 describes the same
 concatenated image with the same two facts in the other order (the spatial order is a coin flip, so both orders are
@@ -23,10 +23,13 @@ In the single-image ablation (`clic.concat=False`) p1 = p2, so y is the positive
 
 Alternation with CLIP steps as CLIC's (`clic.clip_every`; the CLIP step is CLIC's "clic_clip"). Model parts: READ's
 (CLIP + W + frozen decoder, methods/read/model.py; the decoder exported by `read.export_decoder`). Config sections:
-CLIC's `clic` and READ's `read` (`read.w_con` unused). Trainable (`recipe`): CLIC's text side + W; the vision tower
-and the decoder are frozen. Built from the two folders; nothing else knows this combination exists.
+CLIC's `clic` and READ's `read` (`read.w_con` unused), their values in configs/clic_read.py. Trainable: CLIC's
+text side + W; the vision tower and the decoder are frozen. Built from the two folders; nothing else knows this
+combination exists.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import ml_collections
 
@@ -44,7 +47,18 @@ def sample(rec, partner, rng, tagger, opts) -> dict:
   return {**s, "target": s["texts"][1]}
 
 
-def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LossOptions:
+  """CLIC's loss options and READ's (`read.w_con` unused)."""
+  clic: clic_config.LossOptions
+  read: read_config.LossOptions
+
+
+def loss_options(c: ml_collections.ConfigDict) -> LossOptions:
+  return LossOptions(clic=clic_config.loss_options(c), read=read_config.loss_options(c))
+
+
+def loss(model, batch: dict, rng, norm: tuple, opts: LossOptions) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B], t5_target [B, T5] (p2) → CLIC's loss + w_rec·L_rec
   + w_align·L_align; metrics clic/* and read/rec, read/align."""
   clip = model.clip
@@ -53,33 +67,26 @@ def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
   txt = base.set_major(l2_normalize(clip.project_text(by_sample)))  # [5B, D]: p1 (B); p2; p3; p4; n
   scale = base.logit_scale(clip)
   b = img.shape[0]
-  l_clic, metrics = clic_losses.clic_loss(img, txt, batch["neg_valid"], scale, c.clic.w_cont, c.clic.w_sneg,
-                                          c.clic.w_uni, base.logit_bias(clip, c), base.negatives_form(c))
+  o, r = opts.clic, opts.read
+  l_clic, metrics = clic_losses.clic_loss(img, txt, batch["neg_valid"], scale, o.w_cont, o.w_sneg, o.w_uni,
+                                          base.logit_bias(clip, o.forms), o.forms.negatives)
   # p1 sample-major, as READ's step reads it (methods/read: no gather of the set-major rows)
-  dec_logits = read.reconstruction_logits(model, by_sample[:, 0], batch["t5_target"], rng, c)
+  dec_logits = read.reconstruction_logits(model, by_sample[:, 0], batch["t5_target"], rng, r.t5_dropout)
   l_rec = read_losses.token_reconstruction(dec_logits, batch["t5_target"])
-  l_align = read_losses.sentence_alignment(txt[3 * b:4 * b], txt[2 * b:3 * b], scale, c.read.align_direction)
-  total = l_clic + c.read.w_rec * l_rec + c.read.w_align * l_align
+  l_align = read_losses.sentence_alignment(txt[3 * b:4 * b], txt[2 * b:3 * b], scale, r.align_direction)
+  total = l_clic + r.w_rec * l_rec + r.w_align * l_align
   return total, {**metrics, "loss": total, "read/rec": l_rec, "read/align": l_align}
 
 
-STEP = base.StepKind("clic_read", sample, loss, options=clic.options, normalization=clic.normalization,
-                     partner=clic.needs_partner, t5_target=True, layout=clic.STEP.layout,
-                     min_sentences=clic.STEP.min_sentences)
+STEP = base.StepKind("clic_read", sample, loss, loss_options=loss_options, options=clic.options,
+                     normalization=clic.normalization, partner=clic.needs_partner, t5_target=True,
+                     layout=clic.STEP.layout, min_sentences=clic.STEP.min_sentences)
 
 
 def _schedule(c) -> tuple[base.StepKind, ...]:
   return clic.cycle(c.clic.clip_every, STEP)
 
 
-def recipe(c: ml_collections.ConfigDict) -> None:
-  """CLIC's recipe (data, batch, alternation, optimiser and schedule); CLIC's text side + W train, the vision tower
-  and the decoder are frozen (READ's model wraps CLIP: `clip.` prefix, W `proj`, the decoder `decoder.`)."""
-  clic_config.recipe(c)
-  c.optim.trainable = tuple(rf"clip\.{r}" for r in clic_config.TEXT) + (r"proj\.kernel",)
-  c.optim.frozen = tuple(rf"clip\.{r}" for r in clic_config.VISION) + (r"decoder\..*",)
-
-
 METHOD = base.Method("clic_read", (STEP, clic.CLIP_STEP), console_terms=("cont", "sneg", "uni", "rec", "align"),
-                     cycle=_schedule, sections=(clic_config.SECTION, read_config.SECTION), recipe=recipe,
+                     cycle=_schedule, sections=(clic_config.SECTION, read_config.SECTION),
                      extend_model=read.model.extend_model, export_parts=read.export_parts)

@@ -21,13 +21,13 @@ def sample(rec, partner, rng, tagger, opts: ImageOptions) -> dict:
   return {"image": model_image(rec, opts), "texts": [rec["sentences"][0]]}
 
 
-def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
+def loss(model, batch: dict, rng, norm: tuple, forms: base.SigmoidForms) -> tuple:
   """batch: image uint8 [B, S, S, 3], ids [B, 1, L] → losses.clip_loss. Works on CLIP or READ's CLIP + decoder."""
   del rng
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
   return losses.clip_loss(img, clip.encode_text(batch["ids"][:, 0], normalize=True), base.logit_scale(clip),
-                          base.logit_bias(clip, c))
+                          base.logit_bias(clip, forms))
 
 
 STEP = base.StepKind("clip", sample, loss)

@@ -19,13 +19,8 @@ from compclip_jax.methods import base
 from compclip_jax.methods.negclip import losses
 from compclip_jax.models.clip import clip_of
 
-
-def defaults() -> dict:
-  """config.negclip: METHODS §1.5 "our NegCLIP" uses the first sentence; `random_caption` draws any."""
-  return dict(random_caption=False)
-
-
-SECTION = base.Section("negclip", defaults, renamed=(("data.negclip_random_caption", "negclip.random_caption"),))
+# config.negclip: random_caption — METHODS §1.5 "our NegCLIP" uses the first sentence (False); True draws any
+SECTION = base.Section("negclip", ("random_caption",))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,14 +46,14 @@ def sample(rec, partner, rng, tagger, opts: Options) -> dict:
   }
 
 
-def loss(model, batch: dict, rng, norm: tuple, c) -> tuple:
+def loss(model, batch: dict, rng, norm: tuple, forms: base.SigmoidForms) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 2, L], neg_valid [B] → losses.negclip_loss (metrics con/*)."""
   del rng
   clip = clip_of(model)
   img = base.image_embeddings(clip, batch, norm)
   txt = base.per_set(lambda ids: clip.encode_text(ids, normalize=True), batch["ids"])  # [2B, D]
-  return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip), base.logit_bias(clip, c),
-                             base.negatives_form(c))
+  return losses.negclip_loss(img, txt, batch["neg_valid"], base.logit_scale(clip), base.logit_bias(clip, forms),
+                             forms.negatives)
 
 
 STEP = base.StepKind("negclip", sample, loss, options=options, layout=base.Layout(texts=2, negatives=()))

@@ -12,8 +12,8 @@ decoder + paraphrase alignment. One READ step, record → loss:
 4. loss = w_con·L_con + w_rec·L_rec + w_align·L_align (1, 0.1, 0.5; METHODS §2.3, methods/read/losses.py).
 
 Model parts: CLIP + W + the frozen decoder (methods/read/model.py); `read.export_decoder` writes the decoder back as
-an HF T5 directory (`export_parts`). Trainable (`config.recipe`): all of CLIP and W; the decoder is frozen.
-Config section `read` (methods/read/config.py).
+an HF T5 directory (`export_parts`). Trainable (configs/read.py): all of CLIP and W; the decoder is frozen.
+Config section `read` (methods/read/config.py), its values in configs/read.py.
 """
 from __future__ import annotations
 
@@ -44,13 +44,13 @@ def sample(rec, partner, rng, tagger, opts: samples.Options) -> dict:
   return samples.sample(rec, rng, tagger, opts)
 
 
-def reconstruction_logits(read_model, pooled, targets, rng, c):
+def reconstruction_logits(read_model, pooled, targets, rng, t5_dropout: bool):
   """The frozen decoder's logits [B, T5, V] for targets [B, T5] (int, pad 0) given pooled [B, width]."""
-  dropout_rng = rng if c.read.t5_dropout else None  # the reference leaves the frozen decoder in train mode
+  dropout_rng = rng if t5_dropout else None  # the reference leaves the frozen decoder in train mode
   return read_model.reconstruct(pooled, shift_right(targets), dropout_rng)
 
 
-def loss(read_model, batch: dict, rng, norm: tuple, c) -> tuple:
+def loss(read_model, batch: dict, rng, norm: tuple, opts: config.LossOptions) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 4, L], neg_valid [B, 3], para_ids [B, L], t5_target [B, T5] →
   losses.read_loss (metrics read/*, con/*)."""
   clip = read_model.clip
@@ -59,12 +59,11 @@ def loss(read_model, batch: dict, rng, norm: tuple, c) -> tuple:
   txt = base.set_major(l2_normalize(clip.project_text(by_sample)))  # [4B, D]
   # the decoder reads the positives sample-major: their rows of the set-major array are not the batch's own shards
   # (XLA gathered them to every device at every decoder layer: docs/tpu.md)
-  dec_logits = reconstruction_logits(read_model, by_sample[:, 0], batch["t5_target"], rng, c)
+  dec_logits = reconstruction_logits(read_model, by_sample[:, 0], batch["t5_target"], rng, opts.t5_dropout)
   para = clip.encode_text(batch["para_ids"], normalize=True)
-  r = c.read
   return losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"], base.logit_scale(clip),
-                          r.w_rec, r.w_align, r.align_direction, w_con=r.w_con, bias=base.logit_bias(clip, c),
-                          negatives=base.negatives_form(c))
+                          opts.w_rec, opts.w_align, opts.align_direction, w_con=opts.w_con,
+                          bias=base.logit_bias(clip, opts.forms), negatives=opts.forms.negatives)
 
 
 def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
@@ -78,7 +77,7 @@ def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
   return {k[len("clip."):]: v for k, v in flat.items() if k.startswith("clip.")}
 
 
-STEP = base.StepKind("read", sample, loss, options=options, t5_target=True, alpha_from_config=False,
-                     layout=base.Layout(texts=4, negatives=(3,), paraphrase=True))
+STEP = base.StepKind("read", sample, loss, loss_options=config.loss_options, options=options, t5_target=True,
+                     alpha_from_config=False, layout=base.Layout(texts=4, negatives=(3,), paraphrase=True))
 METHOD = base.Method("read", (STEP,), console_terms=("con", "rec", "align"), sections=(config.SECTION,),
-                     recipe=config.recipe, extend_model=model.extend_model, export_parts=export_parts, needs_parse=True)
+                     extend_model=model.extend_model, export_parts=export_parts, needs_parse=True)

@@ -53,11 +53,11 @@ class TextTransformer(nnx.Module):
     `pooler_output` before the head: what READ's decoder reads)."""
     x = self._embed(ids)
     last = jnp.full((x.shape[0],), x.shape[1] - 1)
-    return self.finallayer_norm(self.encoder(x, causal=False, rows=last))
+    return self.final_layer_norm(self.encoder(x, causal=False, rows=last))
 
   def hidden_states(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] → [B, L, W] after the final LN, every position (HF's `last_hidden_state`)."""
-    return self.finallayer_norm(self.encoder(self._embed(ids), causal=False))
+    return self.final_layer_norm(self.encoder(self._embed(ids), causal=False))
 
   def _embed(self, ids: jax.Array) -> jax.Array:
     e = self.embeddings
