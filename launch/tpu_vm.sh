@@ -16,7 +16,7 @@ commands (in the order of a run):
            a --config.model.init path must exist here, or use --config.model.random=ViT-B-32 of the same shape)
   create   create the TPU VM            (--accelerator, --version, --spot | --preemptible)
   sync     copy this checkout (git-tracked files, uncommitted edits included) to every worker
-  setup    on every worker: venv, requirements.txt (torch from the CPU index), the TPU build of jax
+  setup    on every worker: venv, requirements.txt (the package and its runtime set), the TPU build of jax
   mount    mount a Cloud Storage bucket on every worker with gcsfuse at /gcs/BUCKET (--bucket=BUCKET)
   run      the check above first, on worker 0 (its checkout, venv and checkpoint paths; --no_check skips it),
            then start the training command on every worker, detached; flags after -- go to compclip_jax.main.
@@ -184,7 +184,7 @@ case "$command" in
 [ -d .venv ] || $(q "$python") -m venv .venv
 . .venv/bin/activate
 pip install -q -U pip
-pip install -q -r requirements.txt --extra-index-url https://download.pytorch.org/whl/cpu
+pip install -q -r requirements.txt
 pip install -q -U 'jax[tpu]==0.10.2' -f https://storage.googleapis.com/jax-releases/libtpu_releases.html
 python -c 'import jax; print(jax.process_index(), jax.local_device_count(), jax.device_count())'"
     ;;

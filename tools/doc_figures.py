@@ -1,6 +1,6 @@
-"""The measured figures of the docs/ pages: each measurement lies in a file, and this tool writes its figures into the
-pages, so no measured number on a page is typed by hand (tests/test_doc_figures.py fails when a page differs from
-what this tool writes, or when a file it reads is missing).
+"""The measured figures of the README and the docs/ pages: each measurement lies in a file, and this tool writes its
+figures into the pages, so no measured number on a page is typed by hand (tests/test_doc_figures.py fails when a
+page differs from what this tool writes, or when a file it reads is missing).
 
   python tools/doc_figures.py check    # exit 1 and the differences when a page is not what `write` makes of it
   python tools/doc_figures.py write    # the pages' figures and tables from the measurement files
@@ -52,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEASURED = os.path.join(ROOT, "docs", "measured")
 TPU_MEASURED = os.path.join(ROOT, "docs", "tpu_measured")
 DEMO_MEASURED = os.path.join(ROOT, "docs", "demo_measured")
-PAGES = "docs/*.md"  # the pages this tool writes (relative to ROOT)
+PAGES = ("README.md", "docs/*.md")  # the pages this tool writes (relative to ROOT)
 REQUIRED = ("what", "command", "machine", "date", "versions", "source", "figures")
 
 FIG = re.compile(r"<!-- fig (.+?) -->(.*?)<!-- /fig -->", re.S)
@@ -635,7 +635,7 @@ def render(page: str, text: str) -> str:
 
 
 def pages() -> list[str]:
-  return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, PAGES)))
+  return sorted(os.path.relpath(p, ROOT) for pattern in PAGES for p in glob.glob(os.path.join(ROOT, pattern)))
 
 
 def _text(page: str) -> str:

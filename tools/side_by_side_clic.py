@@ -5,7 +5,7 @@ reference), medians.
 
 Nothing of the reference is in this repository: this harness imports it at run time from a checkout of
 github:AmitPeleg/CLIC (measured at dc845c7) named by $CLIC_DIR, and open_clip (+ ftfy) from $OPEN_CLIP_PATH, a folder
-made with `pip install --target DIR --no-deps open_clip_torch ftfy wcwidth` (torch comes from requirements.txt).
+made with `pip install --target DIR --no-deps open_clip_torch ftfy wcwidth` (torch comes from requirements-dev.txt).
 
   CLIC_DIR=... OPEN_CLIP_PATH=... python tools/side_by_side_clic.py RUNS [attention=explicit] [B=8] [check=1]
 

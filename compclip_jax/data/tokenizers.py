@@ -116,8 +116,13 @@ class CLIPTokenizer:
 
   @classmethod
   def from_dir(cls, directory: str, context_length: int = 77, pad_id: int | None = None) -> "CLIPTokenizer":
-    """The checkpoint's own tokenizer files (tokenizer.json or vocab.json + merges.txt), read by transformers."""
-    import transformers  # pylint: disable=import-outside-toplevel
+    """The checkpoint's own tokenizer files (tokenizer.json or vocab.json + merges.txt), read by transformers (a
+    checkpoint whose vocabulary is not CLIP's standard one; the standard one needs no transformers)."""
+    try:
+      import transformers  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise ImportError(f"{directory}: its own tokenizer files are read with transformers (pip install "
+                        "transformers tokenizers; requirements-dev.txt pins them)") from e
     hf = transformers.CLIPTokenizer.from_pretrained(directory)
     sot, eot = hf.bos_token_id, hf.eos_token_id
 

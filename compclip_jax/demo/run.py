@@ -114,7 +114,9 @@ def report(run_dir: str, workdir: str, method: str) -> dict:
     with open(md, "w") as f:
       f.write(text + "\n")
     demo_plots.plot_report(_metrics(run_dir), png, method, control_rows, control if control_rows else "")
-    say(f"{method}'s run: {run_dir}; its report: {md}, {png}")
+    export = os.path.join(run_dir, "export", "hf")
+    exported = f"; the fine-tuned model (an HF directory transformers loads): {export}" if os.path.isdir(export) else ""
+    say(f"{method}'s run: {run_dir}; its report: {md}, {png}{exported}")
   return table
 
 
