@@ -48,7 +48,7 @@ def test_relative_links_resolve(page):
 
 
 def test_readme_is_a_front_page():
-  """Issue 14: the README stays short (≤ ~150 lines); the rest lives in docs/."""
+  """The README stays short (≤ ~150 lines); the rest lives in docs/."""
   n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
   assert n <= 160, f"README.md has {n} lines: move sections into docs/"
 

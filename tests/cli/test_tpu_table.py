@@ -12,7 +12,7 @@ tpu_table = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(tpu_table)
 
 DOC = os.path.join(paths.ROOT, "docs", "tpu.md")
-MARGIN = 0.10  # issue 27: every paper config fits by default with ≥ 10 % margin on the compiler's numbers
+MARGIN = 0.10  # every paper config fits by default with ≥ 10 % margin on the compiler's numbers
 
 
 def _measured() -> dict:

@@ -1,4 +1,4 @@
-"""The commands' contract with a user (issue 28): a mistake is one line on stderr (what is wrong, which file / key,
+"""The commands' contract with a user: a mistake is one line on stderr (what is wrong, which file / key,
 what to do), exit 2, no traceback and nothing written — the workdir is not even created; `--help` exits 0; a bug
 keeps its traceback and says it is one; a signal stop exits 128 + its number with one line. Each command runs for real
 in a subprocess and is refused before any model is built (a few seconds each)."""

@@ -1,4 +1,4 @@
-"""Our data side against golden fixtures made by running the reference repositories' own code (issue 12).
+"""Our data side against golden fixtures made by running the reference repositories' own code.
 
 The fixtures in tests/fixtures/reference/ were produced outside this project, in a scratch venv, by importing
 AmitPeleg/CLIC and JiH00nKw0n/READ-CLIP and calling their functions (README.md there says how, from which commits).

@@ -75,7 +75,7 @@ SLOT_WORDS = {
 
 
 def test_captions_are_in_the_papers_regime(tmp_path):
-  """Issue 31 rule 1, read off the written CLIC CSV: every first sentence has 8–34 words, names two objects with two
+  """World rule 1, read off the written CLIC CSV: every first sentence has 8–34 words, names two objects with two
   attributes each (size and colour), a relation and a scene word; every row has ≥ 3 further sentences of 4–34 words,
   from ≥ 20 templates (sentences with their content words replaced by their kind); the reference's filter keeps
   every row."""
@@ -148,7 +148,7 @@ def test_paired_table_is_the_change_per_seed():
 
 
 def test_clic_negative_kinds_on_the_world(tmp_path):
-  """Issue 31 rule 3: what CLIC's negatives trade on the world's first sentences, from the exact distribution of the
+  """World rule 3: what CLIC's negatives trade on the world's first sentences, from the exact distribution of the
   reference's choices with spaCy's real tags: a hand case for reading the traded words, then ≥ 90 % of the negatives
   trade two content words of one kind (colour ↔ colour, shape ↔ shape, relation ↔ relation, scene ↔ scene)."""
   from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
@@ -181,7 +181,7 @@ def test_swap_twins_by_hand():
 
 
 def test_the_world_has_few_swap_twins_in_a_batch(tmp_path):
-  """Issue 31 rule 2: in batches of 32 of the demo's world (16,000 scenes), < 1 % of the images have their exact
+  """World rule 2: in batches of 32 of the demo's world (16,000 scenes), < 1 % of the images have their exact
   colour-swapped twin in the batch (5 colours × 5 shapes gave 8.5 %)."""
   from compclip_jax.demo import diagnose as diagnostics  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel

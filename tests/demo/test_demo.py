@@ -107,7 +107,7 @@ def test_diagnose_refuses_what_is_not_a_clip_checkpoint(tmp_path):
 
 
 def test_ablations_are_their_methods_config_with_the_named_values_changed():
-  """Issue 31 rule 7: an ablation changes config values only — its method's `:demo` config, the same seed and
+  """The demo world's rule 7: an ablation changes config values only — its method's `:demo` config, the same seed and
   budget, the named keys changed and nothing else — and is judged against its method's control."""
   changed = {
       "clic_no_sneg": {"clic.w_sneg": 0.0}, "clic_single": {"clic.concat": False},
@@ -135,7 +135,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def test_negative_kinds_reports_the_worlds_gate_numbers(tmp_path):
   """--negative_kinds on a written world: CLIC's negatives by kind (exact distribution), the same-kind share, the
-  swap-twin rate and the caption lengths (issue 31 rules 1–3); without a world, one line and exit 2."""
+  swap-twin rate and the caption lengths (the world's rules 1–3); without a world, one line and exit 2."""
   from compclip_jax.data.synthetic import scenes as synthetic  # pylint: disable=import-outside-toplevel
   cli = lambda: subprocess.run([sys.executable, "-m", "compclip_jax.demo", "--negative_kinds", f"--workdir={tmp_path}"],
                                cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)

@@ -70,8 +70,8 @@ def test_another_model_or_method_cannot_be_allowed():
 
 
 def test_a_workdir_of_the_old_kernel_layout_cannot_be_continued():
-  """Before 2026-12, dense kernels were stored [in, out]: a square one has the shape of an [out, in] kernel, so only
-  the recorded layout tells such a checkpoint apart; its run.json (no layout) is refused as another model."""
+  """Older versions stored dense kernels [in, out] (compat.py); a square one has the shape of an [out, in] kernel,
+  so only the recorded layout tells such a checkpoint apart; its run.json (no layout) is refused as another model."""
   new = _describe(clic.get_config("runlocal"))
   old = json.loads(json.dumps(new))
   del old["model.params"]["kernel_layout"]
@@ -215,7 +215,7 @@ def test_guard_prints_user_errors_without_a_traceback(tmp_path, capsys, monkeypa
 
 
 # ------------------------------------------------------------------------------- older flat config keys carry over
-OLD_KEYS = {  # today's key → the flat key of the versions before the method sections (2026-12-02)
+OLD_KEYS = {  # today's key → the flat key of the versions before the method sections (compat.RENAMED_KEYS)
     "clic.clip_every": "clip_every", "clic.w_cont": "loss.w_cont", "clic.w_sneg": "loss.w_sneg",
     "clic.w_uni": "loss.w_uni", "clic.concat": "data.clic_concat",
     "clic.imagenet_normalization": "data.clic_imagenet_normalization",
