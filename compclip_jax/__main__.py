@@ -26,8 +26,8 @@ def _train():
 
 
 def _demo():
-  from compclip_jax.cli import demo  # pylint: disable=import-outside-toplevel
-  return demo
+  from compclip_jax.demo import command  # pylint: disable=import-outside-toplevel
+  return command
 
 
 def _evaluate():
