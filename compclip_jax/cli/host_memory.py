@@ -1,19 +1,17 @@
 """An opt-in host allocator policy for large steps that run on the CPU (docs/performance.md, "Host memory").
 
-Why: XLA:CPU allocates a step's temporaries anew at every execution (a ViT-B/32 CLIC step at 77 tokens: ~2 GB).
-Under glibc malloc's defaults they come from per-thread arenas and from mmap, and go back to the kernel when freed,
-so every step page-faults its temporaries in again: ~530,000 minor faults and ~1.2 s of kernel time per text
-forward + backward of a CLIC step on 2 cores (measured with `getrusage`). Keeping freed memory in the process for
-the next step removes them (0 faults from the second step on): the CLIC step at 77 tokens took 0.74× the official
-PyTorch step's time instead of 1.02× in the side-by-side (tools/side_by_side_clic.py, which applies the policy to
-both sides), and `bench train` 19 % less time.
+Why: XLA:CPU allocates a step's temporaries anew at every execution (gigabytes for a ViT-B/32 CLIC step at 77
+tokens). Under glibc malloc's defaults they come from per-thread arenas and from mmap, and go back to the kernel when
+freed, so every step page-faults its temporaries in again. Keeping freed memory in the process for the next step
+removes those faults from the second step on; the measured effect on the CLIC step (faults, kernel time, the
+side-by-side with the official PyTorch step, `bench train`) is in docs/performance.md, "Host memory".
 
 The policy, through glibc's `mallopt`: one arena shared by all threads (M_ARENA_MAX = 1), no mmap for large blocks
 (M_MMAP_MAX = 0), no trimming of the heap's top (M_TRIM_THRESHOLD = max), 256 MB of padding when the heap grows
 (M_TOP_PAD). Two arenas do not remove the faults reliably (measured).
 
-Why opt-in: the one arena costs small steps — `:runlocal` and demo-sized training lost 15–35 % of its samples/s
-to lock contention among the data pipeline's and XLA's threads (2 cores) — and the process keeps its
+Why opt-in: the one arena costs small steps — `:runlocal` and demo-sized training lose samples/s to lock
+contention among the data pipeline's and XLA's threads (docs/performance.md) — and the process keeps its
 peak heap until it exits. So `COMPCLIP_HOST_MALLOC=keep` turns it on (CPU training or benchmarks at real widths);
 `default` (the default) leaves glibc's defaults.
 """
