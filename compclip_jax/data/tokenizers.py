@@ -122,7 +122,7 @@ class CLIPTokenizer:
       import transformers  # pylint: disable=import-outside-toplevel
     except ImportError as e:
       raise ImportError(f"{directory}: its own tokenizer files are read with transformers (pip install "
-                        "transformers tokenizers; requirements-dev.txt pins them)") from e
+                        "transformers tokenizers; requirements.txt pins them)") from e
     hf = transformers.CLIPTokenizer.from_pretrained(directory)
     sot, eot = hf.bos_token_id, hf.eos_token_id
 
