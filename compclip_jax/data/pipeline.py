@@ -267,6 +267,34 @@ class Batches:
     }
 
 
+class GivenBatches:
+  """The `Batches` interface over local batches handed in, in step order: a run fed the batches another
+  implementation built (the trajectory tests feed the reference code's batches through `train.loop.run(…,
+  batches=)`). Its state is the position in the list, so a checkpoint resumes at the next one."""
+  def __init__(self, batches: Sequence[dict], max_skip_fraction: float = MAX_SKIP_FRACTION):
+    self._batches, self._i = list(batches), 0
+    self.skips = SkipCounter(max_skip_fraction)
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._i >= len(self._batches):
+      raise StopIteration(f"the run asked for batch {self._i + 1} of {len(self._batches)} given")
+    batch = {k: np.asarray(v) for k, v in self._batches[self._i].items()}
+    self._i += 1
+    return batch
+
+  def state(self) -> dict:
+    return {"given": self._i}
+
+  def restore(self, state: dict) -> None:
+    self._i = int(state["given"])
+
+  def stats(self) -> dict:
+    return {"skipped": 0, "seen": self._i, "truncated": 0}
+
+
 def make_batches(source, cfg: PipelineConfig, tokenizer: CLIPTokenizer, t5_tokenizer: T5Tokenizer | None = None,
                  process_index: int = 0, process_count: int = 1, tagger: SpacyTagger | None = None) -> Batches:
   ds = make_dataset(source, cfg, tokenizer, t5_tokenizer, process_index, process_count, tagger)

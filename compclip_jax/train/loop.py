@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Mapping, Sequence
 
 import jax
 import ml_collections
@@ -44,8 +45,10 @@ class Interrupted(Exception):
     self.signum, self.step, self.exit_code = signum, step, 128 + signum
 
 
-def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[str, ...] = ()) -> dict:
+def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[str, ...] = (),
+        batches: Mapping[str, Sequence[dict]] | None = None) -> dict:
   """Trains `c` in `workdir` (resuming if it holds checkpoints of the same run); returns the last logged metrics.
+  `batches` (tests): each kind's global batches, fed instead of its pipeline's (`trainer.setup`).
 
   The workdir is one run (train/runinfo.py): a rerun whose config or inputs differ from the recorded ones raises
   runinfo.RunMismatch unless every difference is named in `allow_config_change` (keys or dotted prefixes, e.g.
@@ -67,7 +70,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, allow_config_change: tuple[s
   if busy is not None:
     raise busy
   try:
-    return _run(c, workdir, tuple(allow_config_change), lock)
+    return _run(c, workdir, tuple(allow_config_change), lock, batches)
   finally:
     lock.release()
 
@@ -79,8 +82,9 @@ def run_identity(c: ml_collections.ConfigDict, t: Trainer) -> dict:
                           neutral=tuple(k for s in t.method.sections for k in s.neutral))
 
 
-def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], lock: runinfo.Lock) -> dict:
-  t = setup(c, workdir)
+def _run(c: ml_collections.ConfigDict, workdir: str, allow: tuple[str, ...], lock: runinfo.Lock,
+         batches: Mapping[str, Sequence[dict]] | None = None) -> dict:
+  t = setup(c, workdir, batches)
   identity, previous, changes = _open_run(c, t, workdir, allow)
   ckpt = checkpointing.Checkpointer(workdir, c.checkpoint.keep, c.checkpoint.asynchronous)
   try:

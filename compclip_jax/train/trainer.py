@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import math
 import os
+from typing import Mapping, Sequence
 
 import jax
 import ml_collections
@@ -201,8 +202,12 @@ class Trainer:
     return pl.to_global(local, self.batch_sh)
 
 
-def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
-  """Config check, mesh, data, model + weights, parameter rules, optimiser, sharded state, jitted steps."""
+def setup(c: ml_collections.ConfigDict, workdir: str, batches: Mapping[str, Sequence[dict]] | None = None) -> Trainer:
+  """Config check, mesh, data, model + weights, parameter rules, optimiser, sharded state, jitted steps.
+
+  `batches` (for tests): {kind name: its global batches in the order its steps take them}, fed to the steps instead
+  of what the kind's pipeline builds (`pipeline.GivenBatches`; one process). The data source is still read, so the
+  run's length comes from its records as ever."""
   validate(c)
   runinfo.check_writable(workdir)  # a read-only workdir is a one-line error, not a traceback from orbax
   method = methods.get(c.method)
@@ -218,6 +223,8 @@ def setup(c: ml_collections.ConfigDict, workdir: str) -> Trainer:
                       f"{c.batch_size // jax.process_count()}")
   _check_prepared(c, method, source, model.clip_cfg.vision.image_size, model.preprocess_squash)
   pipes = make_pipelines(c, method, source, model, skips)
+  if batches is not None:
+    pipes = {k: pl.GivenBatches(batches[k], c.data.max_skip_fraction) for k in pipes}
   total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
   st = state.build_state(c, model, mesh, total)
   return Trainer(c, method, model, list(pipes), pipes, total, st.state, st.frozen, st.state_sh,
