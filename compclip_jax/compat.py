@@ -63,6 +63,9 @@ ADDED_KEYS: dict[str, object] = {
     "model.remat_vision": False,  # 2026-12-04: the vision tower's blocks stored, as before
     "siglip.contrastive": "sigmoid",  # 2026-12-05: SigLIP training (a CLIP ignores the section)
     "siglip.negatives": "columns",
+    "drop_last": False,  # 2026-12-07: ⌈num_epochs × records / batch_size⌉ steps, as before
+    "optim.reference_warmup_cosine": False,  # 2026-12-07: warmup_frac_cosine's own arithmetic, as before
+    "optim.fp32_decay_factor": False,  # 2026-12-07: optax.adamw's decay lr·wd·θ, as before
 }
 # The parameter rules that name SigLIP's parameters alone (added 2026-12-05): they match no CLIP parameter, so a run
 # recorded before them is the same run with them (`carry_added_rules`).

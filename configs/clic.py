@@ -32,6 +32,7 @@ def get_config(arg: str = ""):
   c.batch_size = 800
   c.num_epochs = 1.0
   c.total_steps = 0  # 0: from num_epochs × records / batch_size
+  c.drop_last = True  # each epoch's last partial batch left out, as CLIC's reference DataLoader(drop_last=True)
 
   # Schedule and optimiser (METHODS §1.4): linear warm-up 1e-7 → 1e-6 over 20 % of the steps, cosine to 1e-8;
   # AdamW β (0.9, 0.98), ε 1e-8, weight decay 0.1 on ≥2-D weights; no clipping; logit_scale unclamped
@@ -42,12 +43,14 @@ def get_config(arg: str = ""):
       end_lr=1e-8,
       warmup_frac=0.2,
       warmup_steps=50,  # read by warmup_steps_cosine only (the :demo schedule)
+      reference_warmup_cosine=True,  # as CLIC's cosine_scheduler(…, loader_len + 1): train/optim.py
       b1=0.9,
       b2=0.98,
       eps=1e-8,
       weight_decay=0.1,
       grad_clip=0.0,
       clamp_logit_scale=False,
+      fp32_decay_factor=True,  # the decay as torch's AdamW rounds it: train/optim.py torch_decay_and_rate
       # what trains: the text side (embeddings, text tower, final LN, text projection, logit scale)
       trainable=common.CLIP_TEXT,
       frozen=common.CLIP_VISION,

@@ -33,6 +33,7 @@ def get_config(arg: str = ""):
   c.batch_size = 800
   c.num_epochs = 1.0
   c.total_steps = 0
+  c.drop_last = True  # each epoch's last partial batch left out, as CLIC's reference DataLoader(drop_last=True)
 
   # Schedule and optimiser: CLIC's; READ's model wraps CLIP (`clip.` prefix), W is `proj`, the decoder `decoder.`
   c.optim = dict(
@@ -42,12 +43,14 @@ def get_config(arg: str = ""):
       end_lr=1e-8,
       warmup_frac=0.2,
       warmup_steps=50,  # read by warmup_steps_cosine only (the :demo schedule)
+      reference_warmup_cosine=True,  # as CLIC's cosine_scheduler(…, loader_len + 1): train/optim.py
       b1=0.9,
       b2=0.98,
       eps=1e-8,
       weight_decay=0.1,
       grad_clip=0.0,
       clamp_logit_scale=False,
+      fp32_decay_factor=True,  # the decay as torch's AdamW rounds it: train/optim.py torch_decay_and_rate
       trainable=tuple(rf"clip\.{r}" for r in common.CLIP_TEXT) + (r"proj\.kernel",),
       frozen=tuple(rf"clip\.{r}" for r in common.CLIP_VISION) + (r"decoder\..*",),
       decay=common.DECAY_2D,

@@ -34,6 +34,7 @@ def get_config(arg: str = ""):
   c.batch_size = 256
   c.num_epochs = 5.0
   c.total_steps = 0  # 0: from num_epochs × records / batch_size
+  c.drop_last = False  # ⌈num_epochs × records / batch_size⌉ steps
 
   # Schedule and optimiser (METHODS §2.4): 50 warm-up steps to 1e-5, cosine to 0; AdamW β (0.9, 0.999), ε 1e-8,
   # weight decay 0.1 on everything but biases and LayerNorm weights; gradient-norm clipping at 1.0
@@ -41,6 +42,7 @@ def get_config(arg: str = ""):
       schedule="warmup_steps_cosine",
       lr=1e-5,
       warmup_steps=50,
+      reference_warmup_cosine=False,  # read by warmup_frac_cosine only
       start_lr=1e-7,
       end_lr=1e-8,
       warmup_frac=0.2,  # read by warmup_frac_cosine only
@@ -50,6 +52,7 @@ def get_config(arg: str = ""):
       weight_decay=0.1,
       grad_clip=1.0,
       clamp_logit_scale=False,
+      fp32_decay_factor=True,  # the decay as torch's AdamW rounds it: train/optim.py torch_decay_and_rate
       # what trains: all of CLIP (READ's model wraps it: `clip.`) and W (`proj`); the decoder is frozen
       trainable=(r"clip\..*", r"proj\.kernel"),
       frozen=(r"decoder\..*",),

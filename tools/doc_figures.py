@@ -607,6 +607,54 @@ def _developing() -> str:
 # ------------------------------------------------------------------------------------------------ pages
 
 
+TRAJECTORIES = os.path.join(ROOT, "tests", "fixtures", "reference")
+
+
+def _whole_run(name: str) -> dict:
+  """tests/fixtures/reference/trajectory_<name>/'s worst figures (written by tools/trajectory_<name>.py plot), in
+  one shape: steps per side, worst relative loss difference (term, step), lr, logit scale, gradient norm, worst
+  weight ratio at steps 10 and 50 (tensor)."""
+  folder = os.path.join(TRAJECTORIES, f"trajectory_{name}")
+  path = next(os.path.join(folder, f) for f in (f"trajectory_{name}_worst.json", "worst.json")
+              if os.path.exists(os.path.join(folder, f)))
+  w = _read(path)
+  steps = w["steps"]
+  out = {"ours": steps["ours"], "theirs": steps.get("theirs", steps.get("reference"))}
+  if "loss_rel_step" in w:  # {term: value}, {term: step}
+    term = max(w["loss_rel"], key=w["loss_rel"].get)
+    out["loss"] = (w["loss_rel"][term], term, w["loss_rel_step"][term])
+    out["lr"], out["scale"], out["grad"] = w["lr_rel"], w["logit_scale_abs"], w["grad_norm_rel"]
+    out["w10"] = (w["weight_ratio_step10"], w["weight_ratio_step10_tensor"])
+    out["w50"] = (w["weight_ratio_step50"], w["weight_ratio_step50_tensor"])
+  else:  # {term: {value, step}}
+    term = max(w["loss_rel"], key=lambda k: w["loss_rel"][k]["value"])
+    out["loss"] = (w["loss_rel"][term]["value"], term, w["loss_rel"][term]["step"])
+    out["lr"], out["scale"] = w["lr_rel"]["value"], w["logit_scale_abs"]["value"]
+    out["grad"] = w["grad_norm_rel"]["value"]
+    out["w10"] = (w["weight_ratio"]["10"]["ratio"], w["weight_ratio"]["10"]["tensor"])
+    out["w50"] = (w["weight_ratio"]["50"]["ratio"], w["weight_ratio"]["50"]["tensor"])
+  return out
+
+
+@block("docs/fidelity.md", "whole_runs")
+def _whole_runs() -> str:
+  runs = {"CLIC": _whole_run("clic"), "READ": _whole_run("read")}
+  e = lambda x: f"{x:.1e}"
+  rows = [
+      ["optimiser steps (ours / theirs)", *(f"{r['ours']} / {r['theirs']}" for r in runs.values()), "equal"],
+      ["worst loss term, relative (term, step)",
+       *(f"{e(r['loss'][0])} ({r['loss'][1]}, step {r['loss'][2]})" for r in runs.values()), "1e-4"],
+      ["learning rate, relative", *(e(r["lr"]) for r in runs.values()), "1e-5"],
+      ["logit scale, absolute", *(e(r["scale"]) for r in runs.values()), "1e-5"],
+      ["gradient norm, relative", *(e(r["grad"]) for r in runs.values()), ""],
+      ["‖θ_ours − θ_ref‖ / ‖θ_ref − θ_0‖, step 10", *(f"{e(r['w10'][0])} (`{r['w10'][1]}`)" for r in runs.values()),
+       "1e-3"],
+      ["‖θ_ours − θ_ref‖ / ‖θ_ref − θ_0‖, step 50", *(f"{e(r['w50'][0])} (`{r['w50'][1]}`)" for r in runs.values()),
+       "1e-3"],
+  ]
+  return _table(["worst over the run", *runs, "tolerance"], rows)
+
+
 def render_page(text: str) -> str:
   """A page's text with every figure as the files give it (raises MissingMeasurement). A figure may not start a
   line: there Markdown reads its comment as an HTML block, which ends the paragraph."""

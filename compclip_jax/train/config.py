@@ -12,6 +12,7 @@ rest); `key_problem` names the nearest key of a mistyped one.
 from __future__ import annotations
 
 import difflib
+import math
 
 import ml_collections
 
@@ -170,6 +171,9 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64, model: str = "t
   c.optim.lr = 1e-4
   c.optim.start_lr, c.optim.end_lr = 1e-5, 1e-6
   c.optim.warmup_steps = 2
+  # our presets (runlocal, demo) keep our own arithmetic, with which docs/demo.md's figures were measured: the exact
+  # warmup_frac_cosine and optax.adamw's decay (the recipes' reference_warmup_cosine / fp32_decay_factor mirror torch)
+  c.optim.reference_warmup_cosine, c.optim.fp32_decay_factor = False, False
   c.evals.benchmarks = ("sugarcrepe", "sugarcrepe_pp", "coco_retrieval")
   c.evals.source, c.evals.synthetic_size = "synthetic", 32  # held-out scenes of the same world, real formats
   return c
@@ -214,10 +218,27 @@ CHOICES = (("siglip.contrastive", ("sigmoid", "softmax")), ("siglip.negatives", 
 # what every recipe sets (configs/<name>.py; `base` holds none of them): the precision, the data, the batch and
 # steps, the schedule and optimiser, what trains, the benchmarks
 RECIPE_KEYS = ("model.compute_dtype", "model.frozen_dtype", "model.remat_text", "data.source", "data.splits",
-               "data.clean_text", "batch_size", "num_epochs", "total_steps", "optim.schedule", "optim.lr",
-               "optim.start_lr", "optim.end_lr", "optim.warmup_frac", "optim.warmup_steps", "optim.b1", "optim.b2",
-               "optim.eps", "optim.weight_decay", "optim.grad_clip", "optim.clamp_logit_scale", "optim.trainable",
+               "data.clean_text", "batch_size", "num_epochs", "total_steps", "drop_last", "optim.schedule", "optim.lr",
+               "optim.start_lr", "optim.end_lr", "optim.warmup_frac", "optim.warmup_steps",
+               "optim.reference_warmup_cosine", "optim.b1", "optim.b2", "optim.eps", "optim.weight_decay",
+               "optim.grad_clip", "optim.clamp_logit_scale", "optim.fp32_decay_factor", "optim.trainable",
                "optim.frozen", "optim.decay", "optim.no_decay", "evals.benchmarks")
+
+
+def steps_from_epochs(c: ml_collections.ConfigDict, records: int) -> int:
+  """The run's length when total_steps is 0. `drop_last`: num_epochs × ⌊records / batch_size⌋ — each pass's last
+  partial batch is left out, as torch's DataLoader(drop_last=True) in the reference that trains so; else
+  ⌈num_epochs × records / batch_size⌉, the last batch completed from the next pass. (Either way the batches come from
+  one repeated shuffled order, data/pipeline.py: over several epochs a batch may span two passes.)"""
+  if c.drop_last:
+    return max(1, int(c.num_epochs * (records // c.batch_size)))
+  return max(1, math.ceil(c.num_epochs * records / c.batch_size))
+
+
+def passes(c: ml_collections.ConfigDict) -> int:
+  """The passes over the data a run's steps make, as an integer number of epochs (1 when total_steps is given): what
+  `optim.reference_warmup_cosine` needs."""
+  return 1 if c.total_steps else max(1, math.ceil(c.num_epochs))
 
 
 def missing(c: ml_collections.ConfigDict) -> list[str]:

@@ -44,7 +44,8 @@ NEUTRAL = (
     "model.remat_policy",
     "model.scan_layers",
     # represented by the resolved values of the fingerprint (total_steps) or there under the same name
-    "num_epochs")
+    "num_epochs",
+    "drop_last")
 # Differences no checkpoint can continue with: another model, another optimiser state tree, other data pipelines.
 # (and the keys a method's config section lists as `fixed`, e.g. its alternation of step kinds: `check(fixed=…)`)
 FIXED = ("method", "model.params", "optim.trainable_set")

@@ -24,6 +24,7 @@ from compclip_jax.methods import Method
 from compclip_jax.models import clip_config
 from compclip_jax.models.layers import DTypes
 from compclip_jax.models.siglip import config as siglip_config
+from compclip_jax.train import config as config_lib
 from compclip_jax.train import optim, steps
 from compclip_jax import sharding
 from compclip_jax.weights import loading, params
@@ -165,7 +166,7 @@ def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.M
     raise ValueError("a model built shapes_only has no values: build_state(…, abstract=True) only")
   logging.info("parameters: %s trainable, %s frozen (%s)", f"{sum(x.size for x in jax.tree.leaves(trainable)):,}",
                f"{sum(x.size for x in jax.tree.leaves(frozen)):,}", c.model.frozen_dtype)
-  schedule = optim.make_schedule(c.optim.schedule, total_steps, c.optim)
+  schedule = optim.make_schedule(c.optim.schedule, total_steps, c.optim, config_lib.passes(c))
   tx = optim.make_optimizer(schedule, optim.decay_mask_tree(trainable, decay), c.optim)
   train_sh = sharding.state_shardings(mesh, trainable, c.mesh.min_fsdp_size)
   frozen_sh = sharding.state_shardings(mesh, frozen, c.mesh.min_fsdp_size)

@@ -225,7 +225,7 @@ def setup(c: ml_collections.ConfigDict, workdir: str, batches: Mapping[str, Sequ
   pipes = make_pipelines(c, method, source, model, skips)
   if batches is not None:
     pipes = {k: pl.GivenBatches(batches[k], c.data.max_skip_fraction) for k in pipes}
-  total = c.total_steps or max(1, math.ceil(c.num_epochs * len(source) / c.batch_size))
+  total = c.total_steps or config_lib.steps_from_epochs(c, len(source))
   st = state.build_state(c, model, mesh, total)
   return Trainer(c, method, model, list(pipes), pipes, total, st.state, st.frozen, st.state_sh,
                  sharding.batch_sharding(mesh), state.jit_steps(c, method, model, st, mesh), st.graphdef, mesh, skips,

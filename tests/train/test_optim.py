@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 import pytest
 import torch
 
@@ -67,6 +68,20 @@ def test_clic_schedule_values():
   assert math.isclose(float(s(total)), 1e-8, rel_tol=1e-4)
 
 
+def test_reference_warmup_cosine_values():
+  """optim.reference_warmup_cosine: the reference's cosine_scheduler(1e-6, 1e-8, epochs, loader_len + 1, 0.2 ×
+  epochs, 1e-7) read at the run's steps — one epoch of 50 steps: a 51-step schedule, np.linspace warm-up over
+  int(0.2 × 51) = 10 steps (the peak at steps 9 and 10), a cosine over 41 of which the run takes 40."""
+  s = optim.reference_warmup_cosine(50)
+  got = [float(s(k)) for k in range(50)]
+  want = [1e-7 + k * 0.9e-6 / 9 for k in range(10)]
+  want += [1e-8 + 0.5 * (1e-6 - 1e-8) * (1 + math.cos(math.pi * i / 41)) for i in range(40)]
+  assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, want)), (got, want)
+  assert got[9] == got[10] and got[-1] > 1.5e-8
+  two = optim.reference_warmup_cosine(50, epochs=2)  # 2 × (25 + 1) steps, warm-up int(0.4 × 26) = 10
+  assert math.isclose(float(two(10)), 1e-6, rel_tol=1e-6) and float(two(49)) > float(s(49))
+
+
 def test_read_schedule_values():
   total = 1620
   s = optim.warmup_steps_cosine(total)
@@ -79,14 +94,17 @@ def test_read_schedule_values():
 
 
 @pytest.mark.parametrize("clip", [0.0, 1.0])
-def test_adamw_matches_torch(clip):
-  """Our masked AdamW (decoupled decay on the 'decay' group only, optional global-norm clipping) against
-  torch.optim.AdamW (+ clip_grad_norm_) over a few steps with gradients of varying size."""
+@pytest.mark.parametrize("fp32_decay_factor", [False, True])
+def test_adamw_matches_torch(clip, fp32_decay_factor):
+  """Our masked AdamW (decoupled decay on the 'decay' group only, optional global-norm clipping; optax's decay or
+  torch's, `optim.fp32_decay_factor`) against torch.optim.AdamW (+ clip_grad_norm_) over a few steps with gradients of
+  varying size."""
   rng = np.random.default_rng(0)
   w = {"kernel": rng.standard_normal((4, 3)).astype(np.float32), "bias": rng.standard_normal(3).astype(np.float32)}
   noise = lambda v, i: (rng.standard_normal(v.shape) * 10 ** (i - 2)).astype(np.float32)
   grads = [{k: noise(v, i) for k, v in w.items()} for i in range(5)]
-  cfg = ml_collections.ConfigDict(dict(b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=clip))
+  cfg = ml_collections.ConfigDict(
+      dict(b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=clip, fp32_decay_factor=fp32_decay_factor))
   tx = optim.make_optimizer(lambda _: 1e-2, {"kernel": True, "bias": False}, cfg)
   p = jax.tree.map(jnp.asarray, w)
   state = tx.init(p)
@@ -102,6 +120,36 @@ def test_adamw_matches_torch(clip):
     topt.step()
   np.testing.assert_allclose(np.asarray(p["kernel"]), tk.detach().numpy(), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(np.asarray(p["bias"]), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lr", [1e-6, 5e-7, 3e-7, 2e-7, 1e-8])
+def test_fp32_decay_factor_decays_as_torch_rounds_it(lr):
+  """optim.fp32_decay_factor: torch.optim.AdamW multiplies fp32 parameters by 1 − lr·wd rounded to float32 (steps of
+  2⁻²⁴ below 1: at lr 1e-6, wd 0.1 a decay of 1.19e-7, none below lr 3e-7), then adds the Adam step to that rounded
+  value. Jitted, over two steps, to the last unit (optax's own decay, lr·wd·θ, moves > 10 % of the values off)."""
+  rng = np.random.default_rng(1)
+  w = (rng.standard_normal(4096) * 0.1).astype(np.float32)
+  grads = [(rng.standard_normal(4096) * 1e-3).astype(np.float32) for _ in range(2)]
+  out = {}
+  for on in (True, False):
+    cfg = ml_collections.ConfigDict(
+        dict(b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.1, grad_clip=0.0, fp32_decay_factor=on))
+    tx = optim.make_optimizer(lambda _: lr, {"w": True}, cfg)
+    step = jax.jit(lambda p, s, g: (lambda u, s: (optax.apply_updates(p, u), s))(*tx.update(g, s, p)))
+    p = {"w": jnp.asarray(w)}
+    s = tx.init(p)
+    for g in grads:
+      p, s = step(p, s, {"w": jnp.asarray(g)})
+    out[on] = np.asarray(p["w"])
+  t = torch.nn.Parameter(torch.tensor(w))
+  topt = torch.optim.AdamW([t], lr=lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.1)
+  for g in grads:
+    t.grad = torch.tensor(g)
+    topt.step()
+  ref = t.detach().numpy()
+  assert np.mean(out[True] != ref) < 1e-2  # ties of the last rounding, the Adam step's own rounding differing
+  assert np.all(np.abs(out[True] - ref) <= 2 * np.spacing(np.abs(ref)))  # by a unit or two in the last place
+  assert lr < 3e-7 or np.mean(out[False] != ref) > 0.1
 
 
 def test_clamp_logit_scale_clips_the_parameter_after_the_update_only_when_asked():

@@ -22,6 +22,8 @@ Config section `clic` (methods/clic/config.py), its values in configs/clic.py.
 """
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 
 from compclip_jax.data.images import IMAGENET_MEAN, IMAGENET_STD
@@ -64,18 +66,31 @@ def encode(model, batch: dict, norm: tuple):
   return img, txt, base.logit_scale(clip)
 
 
+def stored_scale(model) -> jax.Array:
+  """The stored log-scale (`logit_scale`, fp32 []) a step uses: logged as <prefix>/logit_scale, which
+  tests/train/test_trajectory_clic.py compares with the reference's, step by step."""
+  return clip_of(model).logit_scale[...].astype(jnp.float32).reshape(())
+
+
 def loss(model, batch: dict, rng, norm: tuple, opts: config.LossOptions) -> tuple:
-  """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B] → losses.clic_loss (metrics clic/*)."""
+  """batch: image [B, S, S, 3], ids [B, 5, L], neg_valid [B] → losses.clic_loss (metrics clic/*, clic/logit_scale)."""
   del rng
   img, txt, scale = encode(model, batch, norm)
-  return losses.clic_loss(img, txt, batch["neg_valid"], scale, opts.w_cont, opts.w_sneg, opts.w_uni,
-                          base.logit_bias(clip_of(model), opts.forms), opts.forms.negatives)
+  total, metrics = losses.clic_loss(img, txt, batch["neg_valid"], scale, opts.w_cont, opts.w_sneg, opts.w_uni,
+                                    base.logit_bias(clip_of(model), opts.forms), opts.forms.negatives)
+  return total, {**metrics, "clic/logit_scale": stored_scale(model)}
+
+
+def clip_loss(model, batch: dict, rng, norm: tuple, forms: base.SigmoidForms) -> tuple:
+  """The CLIP step's loss: plain CLIP's (methods/clip), and clip/logit_scale."""
+  total, metrics = clip_method.loss(model, batch, rng, norm, forms)
+  return total, {**metrics, "clip/logit_scale": stored_scale(model)}
 
 
 STEP = base.StepKind("clic", sample, loss, loss_options=config.loss_options, options=options,
                      normalization=normalization, partner=needs_partner, layout=base.Layout(texts=5, negatives=()),
                      min_sentences=2)
-CLIP_STEP = base.StepKind("clic_clip", clip_method.sample, clip_method.loss)  # model's normalisation, no partner
+CLIP_STEP = base.StepKind("clic_clip", clip_method.sample, clip_loss)  # model's normalisation, no partner
 
 
 def cycle(clip_every: int, main: base.StepKind = STEP) -> tuple[base.StepKind, ...]:

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 
+import jax.numpy as jnp
 import ml_collections
 
 from compclip_jax.methods import base
@@ -52,7 +53,7 @@ def reconstruction_logits(read_model, pooled, targets, rng, t5_dropout: bool):
 
 def loss(read_model, batch: dict, rng, norm: tuple, opts: config.LossOptions) -> tuple:
   """batch: image [B, S, S, 3], ids [B, 4, L], neg_valid [B, 3], para_ids [B, L], t5_target [B, T5] →
-  losses.read_loss (metrics read/*, con/*)."""
+  losses.read_loss (metrics read/*, con/*) and read/logit_scale (the stored log-scale this step used)."""
   clip = read_model.clip
   img = base.image_embeddings(clip, batch, norm)
   by_sample = base.per_sample(clip.pooled_text, batch["ids"])  # [B, 4, width]
@@ -61,9 +62,12 @@ def loss(read_model, batch: dict, rng, norm: tuple, opts: config.LossOptions) ->
   # (XLA gathered them to every device at every decoder layer: docs/tpu.md)
   dec_logits = reconstruction_logits(read_model, by_sample[:, 0], batch["t5_target"], rng, opts.t5_dropout)
   para = clip.encode_text(batch["para_ids"], normalize=True)
-  return losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"], base.logit_scale(clip),
-                          opts.w_rec, opts.w_align, opts.align_direction, w_con=opts.w_con,
-                          bias=base.logit_bias(clip, opts.forms), negatives=opts.forms.negatives)
+  total, metrics = losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"],
+                                    base.logit_scale(clip), opts.w_rec, opts.w_align, opts.align_direction,
+                                    w_con=opts.w_con, bias=base.logit_bias(clip, opts.forms),
+                                    negatives=opts.forms.negatives)
+  # the stored log-scale this step used (the trajectory test compares it with the reference's, step by step)
+  return total, {**metrics, "read/logit_scale": clip.logit_scale[...].astype(jnp.float32).reshape(())}
 
 
 def export_parts(c, workdir: str, t5_cfg, t5_tokenizer, flat: dict) -> dict:
