@@ -1,9 +1,11 @@
 """The demo's diagnostics (compclip_jax/demo_probe.py) on embeddings whose content is known by construction: features
 that encode bindings pass the binding probe, features that encode only the bag of colours and shapes pass the bag
 probe and fail the binding probe; ridge regression against numpy's least squares."""
+import functools
 import json
 
 import numpy as np
+import pytest
 
 from compclip_jax.demo import probe as demo_probe
 from compclip_jax.data.synthetic import scenes as synthetic
@@ -102,32 +104,46 @@ def _collage_features(folder, halves, post=lambda x: x):
   return embed
 
 
-def test_collage_probe_needs_each_half_to_bind(tmp_path):
+@functools.lru_cache(maxsize=None)
+def _collage_scenes():
+  """The collage tests' scenes (generated once per test process): 1,600 training scenes, 200 held-out ones."""
+  return demo_probe.probe_scenes(1600, 200, seed=5)
+
+
+@pytest.fixture(scope="module")
+def collage_folder(tmp_path_factory):
+  """One folder for the collage tests' collages of `_collage_scenes` (seed 5): rendered by the first
+  `collage_probe` call, read back by every later one (render_collages writes once: its record is checked)."""
+  return str(tmp_path_factory.mktemp("collages") / "c")
+
+
+def test_collage_probe_needs_each_half_to_bind(collage_folder):
   """Collages whose embedding sums each half's bindings pass the collage binding probe; the sum of each half's bag of
   colours and shapes does not (a collage's bag cannot say which colour goes with which shape in which half). The
   images themselves: collages of two scenes of one orientation, CLIC's square of two halves."""
+  import os  # pylint: disable=import-outside-toplevel
   from PIL import Image  # pylint: disable=import-outside-toplevel
-  train, test, _ = demo_probe.probe_scenes(1600, 200, seed=5)
-  folder = str(tmp_path / "c")
+  train, test, _ = _collage_scenes()
+  folder = collage_folder
   binding = demo_probe.collage_probe(_collage_features(folder, demo_probe.binding_targets), train, test, folder, 5)
   bag = demo_probe.collage_probe(_collage_features(folder, demo_probe.bag_targets), train, test, folder, 5)
   assert binding > 0.95 and 0.3 < bag < 0.7, (binding, bag)
-  img = Image.open(tmp_path / "c" / "00000.png")
+  img = Image.open(os.path.join(folder, "00000.png"))
   assert img.size == (128, 128)
 
 
-def test_collage_ceiling_is_the_collage_probe_on_the_normalised_sum_of_the_halves(tmp_path):
+def test_collage_ceiling_is_the_collage_probe_on_the_normalised_sum_of_the_halves(collage_folder):
   """A tower whose collage embedding is exactly the normalised sum of its halves' single-image embeddings reads on
   the collage probe what `collage_ceiling` computes from the single images alone (the same pairs, the same probe);
   a bag of words has no ceiling to speak of."""
-  train, test, _ = demo_probe.probe_scenes(1600, 200, seed=5)
+  train, test, _ = _collage_scenes()
   rng = np.random.default_rng(0)
   mix = rng.normal(size=(100, 32))  # binding one-hots seen through a random linear map: unit vectors that bind
   noise = lambda sc: np.random.default_rng(list(json.dumps(sc).encode())).normal(size=32)  # per scene, fixed
   halves = lambda scenes: demo_probe.binding_targets(scenes) @ mix + 3.0 * np.stack([noise(sc) for sc in scenes])
   unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)
   unit_halves = lambda scenes: unit(halves(scenes))
-  folder = str(tmp_path / "c")
+  folder = collage_folder
   superposed = demo_probe.collage_probe(_collage_features(folder, unit_halves, unit), train, test, folder, 5)
   ceiling = demo_probe.collage_ceiling(unit_halves(train), train, unit_halves(test), test, 5)
   assert ceiling == superposed and 0.75 < ceiling < 0.98, (ceiling, superposed)  # noise: a partner matters
