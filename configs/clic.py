@@ -17,10 +17,13 @@ def get_config(arg: str = ""):
   arg = common.parse_arg(arg, "clic", runlocal=False, demo=False, model="", family="")
   c = common.base("clic")
 
-  # Precision: fp32 compute, frozen tower stored bf16 (trained parameters and AdamW state are always fp32);
-  # the text tower rematerialised (the same function, +20 % of the text step's FLOPs: docs/tpu.md)
-  c.model.compute_dtype = "float32"
+  # Precision: bf16 mixed precision — matmuls and activations bf16; softmax, layer-norm statistics, logits and losses
+  # fp32; trained parameters, gradients and AdamW state fp32 (the reference trains with fp16 autocast; bf16 needs no
+  # loss scaling: docs/training.md); the frozen tower stored bf16; the text tower rematerialised (the same
+  # function, +20 % of the text step's FLOPs: docs/tpu.md)
+  c.model.compute_dtype = "bfloat16"
   c.model.frozen_dtype = "bfloat16"
+  c.model.attention = "auto"  # jax.nn.dot_product_attention: XLA's on a TPU (less memory traffic), cuDNN's on a GPU
   c.model.remat_text = True
 
   # Data (METHODS §1.1): CSV rows of an image and its captions (CLIC's COCO / CC3M / CC12M / RedCaps files)

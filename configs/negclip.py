@@ -15,9 +15,11 @@ def get_config(arg: str = ""):
   arg = common.parse_arg(arg, "negclip", runlocal=False, demo=False, model="", family="")
   c = common.base("negclip")
 
-  # Precision: fp32 compute, frozen tower stored bf16; the text tower rematerialised
-  c.model.compute_dtype = "float32"
+  # Precision: bf16 mixed precision as CLIC's (docs/training.md); frozen tower stored bf16; the text tower
+  # rematerialised
+  c.model.compute_dtype = "bfloat16"
   c.model.frozen_dtype = "bfloat16"
+  c.model.attention = "auto"  # jax.nn.dot_product_attention: XLA's on a TPU (less memory traffic), cuDNN's on a GPU
   c.model.remat_text = True
 
   # Data: COCO-style captions (several per image), Karpathy train + restval

@@ -18,10 +18,13 @@ def get_config(arg: str = ""):
   arg = common.parse_arg(arg, "read", runlocal=False, demo=False, model="", family="")
   c = common.base("read")
 
-  # Precision: fp32 compute, frozen parts stored bf16 (trained parameters and AdamW state are always fp32); the text
-  # tower rematerialised (the reference trains with gradient checkpointing)
-  c.model.compute_dtype = "float32"
+  # Precision: bf16 mixed precision as the reference's bf16 autocast — matmuls and activations bf16; softmax,
+  # layer-norm statistics, logits and losses fp32; trained parameters, gradients and AdamW state fp32
+  # (docs/training.md); frozen parts stored bf16; the text tower rematerialised (the reference trains with gradient
+  # checkpointing)
+  c.model.compute_dtype = "bfloat16"
   c.model.frozen_dtype = "bfloat16"
+  c.model.attention = "auto"  # jax.nn.dot_product_attention: XLA's on a TPU (less memory traffic), cuDNN's on a GPU
   c.model.remat_text = True
 
   # Data (METHODS §2.2): COCO captions, Karpathy `train` only (~83k images, not train + restval)

@@ -582,6 +582,35 @@ def _tpu_remat() -> str:
   ], rows)
 
 
+@block("docs/training.md", "precision")
+def _precision() -> str:
+  """The demo's CLIC and READ runs in fp32 and bf16 (docs/measured/precision_demo.json): per method the loss curves'
+  largest and mean relative difference after warm-up, and per held-out row the fp32 mean ± seed std, the bf16 mean
+  and the largest per-seed difference."""
+  f = figures("precision_demo")
+  rows = []
+  for method, m in f["summary"].items():
+    loss = f"{100 * m['max_rel_loss_diff']:.2f} % (mean {100 * m['mean_rel_loss_diff']:.2f} %)"
+    for i, (label, r) in enumerate(m["rows"].items()):
+      rows.append([
+          method if i == 0 else "", loss if i == 0 else "", label, f"{r['fp32_mean']:.1f} ± {r['fp32_std']:.1f}",
+          f"{r['bf16_mean']:.1f}", f"{r['max_seed_diff']:.1f}", "yes" if r["max_seed_diff"] <= r["fp32_std"] else "no"
+      ])
+  return _table([
+      "method", "training loss, bf16 vs fp32: largest relative difference after warm-up", "held-out row (%)",
+      "fp32, mean ± std over seeds", "bf16, mean", "bf16 − fp32, largest on one seed (points)", "within one seed std"
+  ], rows)
+
+
+@block("docs/tpu.md", "clic_traffic")
+def _clic_traffic() -> str:
+  """The recipe's CLIC step's HBM traffic by group (docs/measured/tpu_clic_traffic.json, tools/hlo_traffic.py)."""
+  f = figures("tpu_clic_traffic")
+  rows = [[g, f"{b:.1f}", f"{100 * b / f['total_gb']:.0f} %"] for g, b in f["groups_gb"].items() if b >= 0.05]
+  rows.append(["sum (the compiler's own figure)", f"{f['total_gb']:.1f} ({f['compiler_gb']:.1f})", "100 %"])
+  return _table(["what the instructions compute", "GB per device per step", "share"], rows)
+
+
 @block("docs/architecture.md", "developing")
 def _developing() -> str:
   s = figures("test_suite_fast")

@@ -25,13 +25,29 @@ L14 = ("--config.model.random=ViT-L-14-quickgelu",)
 T5L = ("--config.read.t5.random=True", "--config.read.t5.random_d_model=1024", "--config.read.t5.random_layers=24",
        "--config.read.t5.random_vocab=32128")
 
+# the speed table's settings, in order: each a name and the flags it adds to the recipe (bf16 mixed precision,
+# attention "auto": XLA's dot_product_attention on a TPU); the first is fp32 with the explicit attention
+FP32 = ("--config.model.compute_dtype=float32",)
+EXPLICIT = ("--config.model.attention=explicit",)
+SPEED_KNOBS = {
+    "clic": {
+        "fp32": FP32 + EXPLICIT, "bf16_explicit": EXPLICIT, "bf16": (),
+        "bf16_no_remat": ("--config.model.remat_text=False",)
+    },
+    "read": {"bf16": ()},  # its fp32 step is the grid's read_b32_v5e-8
+}
+
 # case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table:
 # the four methods at their paper batches on the single-host slices and v5e-16, with ViT-B/32 and with
 # ViT-L/14 (CLIC's larger model; READ's paper trains B/32 only, so its L/14 rows are what one would need).
 SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16")
 MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}
+# The paper grid is compiled at fp32 compute, and a v4 as one device per TensorCore (the speed table has the recipes'
+# bf16; the compile command's default v4 is megacore)
+V4_CORES = ("--chip_config=default",)
 CASES = {
-    **{f"{m}_{size}_{t}": ("paper", m, model, t, 1, flags + (T5L if "read" in m else ()))
+    **{f"{m}_{size}_{t}": ("paper", m, model, t, 1,
+                           flags + (T5L if "read" in m else ()) + FP32 + (V4_CORES if t.startswith("v4") else ()))
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
@@ -42,8 +58,14 @@ CASES = {
         ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + ("--config.batch_size=51200", "--only=clic")),
     # knobs: a grid row that keeps no 10 % margin as it ships, with the switch that buys it (docs/tpu.md)
     # (with scan_layers: the unrolled remat program's compile took more than this host's 24 GB and was killed)
-    "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + (
+    "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + (
         "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read")),
+    # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
+    # CLIC ViT-B/32 at 800 and READ ViT-B/32 + T5-large at 256 on a v5e-8; the first row of each is fp32)
+    **{f"speed_clic_b32_v5e-8_{name}": ("speed", "clic", "ViT-B/32", "v5e-8", 1, B32 + ("--only=clic", *flags))
+       for name, flags in SPEED_KNOBS["clic"].items()},
+    **{f"speed_read_b32_v5e-8_{name}": ("speed", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=read", *flags))
+       for name, flags in SPEED_KNOBS["read"].items()},
 }
 
 
@@ -54,6 +76,15 @@ def command(case: str) -> list[str]:
       sys.executable, "-m", "compclip_jax", "compile", f"--config=configs/{method}.py", f"--topology={topology}",
       f"--num_slices={slices}", *extra, f"--output={out}"
   ]
+
+
+def recorded_command(case: str, r: dict) -> str:
+  """The command a case's file records: `command(case)`, less the flags that were the compile command's defaults
+  when a file that does not record its `compute_dtype` was written (fp32 compute, v4 one device per core)."""
+  argv = command(case)[1:]
+  if "compute_dtype" not in r:
+    argv = [a for a in argv if a not in FP32 + V4_CORES]
+  return "python " + " ".join(argv)
 
 
 def annotate(case: str) -> None:
@@ -111,8 +142,8 @@ def render_paper() -> str:
   """One line per (case, training step): HBM/device with margin, TFLOP/device, roofline, compile time; the
   evaluation encoders' largest HBM beside it."""
   lines = [
-      "| method, model | slice (devices × HBM) | global batch | step | HBM/device GiB (margin) | TFLOP/device | "
-      "roofline ms | compile s | eval encoders: HBM/device GiB |", "|---|---|---|---|---|---|---|---|---|"
+      "| method, model | slice (devices × HBM) | compute | global batch | step | HBM/device GiB (margin) | "
+      "TFLOP/device | roofline ms | compile s | eval encoders: HBM/device GiB |", "|---|" * 9 + "---|"
   ]
   for case, (table, method, model, topology, _, _) in CASES.items():
     r = _load(case)
@@ -127,7 +158,8 @@ def render_paper() -> str:
         continue
       flops = f"{s['flops_per_device'] / 1e12:.2f}" if "flops_per_device" in s else "—"
       roof = f"{1e3 * s['roofline_s']:.0f}" if "roofline_s" in s else "—"
-      lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | {r['global_batch']} | {kind} | "
+      lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | "
+                   f"{DTYPE_NAMES[r.get('compute_dtype', 'float32')]} | {r['global_batch']} | {kind} | "
                    f"{_cell(s)} | {flops} | {roof} | {s['compile_s']:.0f} | {_gib(ev) if evals else '—'} |")
   return "\n".join(lines)
 
@@ -151,7 +183,7 @@ def render_pod() -> str:
 
 
 def render_knobs() -> str:
-  """One line per knob case's training steps: the switch beside the shipped row's numbers and its own."""
+  """One line per knob case's training steps: the switch beside its grid row's numbers and its own."""
   lines = [
       "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | temporaries GiB | "
       "TFLOP/device | roofline ms | compile s |", "|---|---|---|---|---|---|---|---|---|---|"
@@ -161,10 +193,10 @@ def render_knobs() -> str:
     if table != "knob" or r is None:
       continue
     base = _load(case[len("knob_"):case.index(topology) + len(topology)])  # the grid case it changes: knob_<case>_…
-    setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra
-                       if f.startswith("--config.model.") and not f.startswith("--config.model.random"))
+    setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra if f.startswith("--config.model.") and
+                       not f.startswith(("--config.model.random", "--config.model.compute_dtype")))
     scanned = "--config.model.scan_layers=True" in extra  # XLA counts a scanned loop's body once: no FLOPs to show
-    for label, res in (("as it ships", base), (setting, r)) if base else ((setting, r),):
+    for label, res in (("the grid's row", base), (setting, r)) if base else ((setting, r),):
       for kind, s in res["steps"].items():
         if kind.startswith("eval_") or kind not in r["steps"]:
           continue
@@ -176,8 +208,71 @@ def render_knobs() -> str:
   return "\n".join(lines)
 
 
+# a file's compute dtype (files without one were compiled at fp32 compute)
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _setting(extra: tuple) -> str:
+  """A speed case's flags beyond the recipe, as the table names them."""
+  flags = [f[2:].replace("config.", "") for f in extra if not f.startswith(("--only", "--config.model.random",
+                                                                            "--config.read.t5."))]
+  if not any(f.startswith("model.compute_dtype") for f in flags):
+    flags.insert(0, "bf16 (the recipe)")
+  return ", ".join(f"`{f}`" if "=" in f else f for f in flags)
+
+
+def render_speed() -> str:
+  """One line per speed case: the step's HBM, the compiler's bytes accessed and FLOPs beside the model's
+  (train/flops.py), the roofline and the MFU it implies (model FLOPs ÷ (roofline × peak))."""
+  lines = [
+      "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | GB accessed/device | "
+      "TFLOP/device: model; compiler | roofline ms | roofline MFU |", "|---|---|---|---|---|---|---|---|---|---|"
+  ]
+  for case, (table, method, model, topology, _, extra) in CASES.items():
+    r = _load(case)
+    if table != "speed" or r is None:
+      continue
+    for kind, s in r["steps"].items():
+      if kind.startswith("eval_"):
+        continue
+      lines.append(f"| {method}, {model} | {topology} | {r['global_batch']} | {kind} | {_setting(extra)} | "
+                   f"{_cell(s)} | {s['bytes_accessed_per_device'] / 1e9:.1f} | "
+                   f"{s['model_flops_per_device'] / 1e12:.2f}; {s['flops_per_device'] / 1e12:.2f} | "
+                   f"{1e3 * s['roofline_s']:.0f} | {100 * s['mfu']:.0f} % |")
+  return "\n".join(lines)
+
+
+# A paper run's optimiser steps (docs/methods.md): CLIC ~1M rows at 800, one epoch (METHODS §1.4; clic_read, ours,
+# on CLIC's data); READ 82,783 COCO Karpathy-train images at 256, 324 steps an epoch, five epochs (METHODS §2.2, 2.4)
+RUN_STEPS = {"clic": 1250, "clic_read": 1250, "read": 5 * 324}
+
+
+def render_cost() -> str:
+  """What a paper run costs on each measured slice, at the roofline (a lower bound: the compiler's time for its
+  FLOPs and bytes, nothing else): the step time (CLIC and clic_read alternate their two step kinds: the mean of the
+  two), samples/s per chip, and the run's minutes and chip-hours."""
+  lines = [
+      "| method, model | slice | compute | global batch | step ms (roofline) | samples/s/chip | paper run: steps | "
+      "minutes | chip-hours |", "|---|---|---|---|---|---|---|---|---|"
+  ]
+  for case, (table, method, model, topology, _, _) in CASES.items():
+    r = _load(case)
+    if table != "paper" or r is None or method not in RUN_STEPS:
+      continue
+    steps = [s for k, s in r["steps"].items() if not k.startswith("eval_")]
+    if any("roofline_s" not in s for s in steps):
+      continue  # a step that does not fit has no time
+    t = sum(s["roofline_s"] for s in steps) / len(steps)
+    hours = RUN_STEPS[method] * t / 3600
+    lines.append(f"| {method}, {model} | {topology} | {DTYPE_NAMES[r.get('compute_dtype', 'float32')]} | "
+                 f"{r['global_batch']} | {1e3 * t:.0f} | {r['global_batch'] / t / r['chips']:,.0f} | "
+                 f"{RUN_STEPS[method]:,} | {60 * hours:.1f} | {hours * r['chips']:.2f} |")
+  return "\n".join(lines)
+
+
 def render() -> str:
-  return f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
+  return (f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
+          f"\n<!-- speed -->\n{render_speed()}\n\n<!-- cost -->\n{render_cost()}\n")
 
 
 DOC = os.path.join(ROOT, "docs", "tpu.md")
@@ -194,7 +289,10 @@ def write_doc(path: str = DOC) -> None:
   with open(path) as f:
     doc = f.read()
   for header, table in (("| method, model | slice (", render_paper()), ("| slice | slices |", render_pod()),
-                        ("| method, model | slice |", render_knobs())):
+                        ("| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | temp",
+                         render_knobs()), ("| method, model | slice | global batch | step | setting | HBM/device GiB "
+                                           "(margin) | GB", render_speed()),
+                        ("| method, model | slice | compute | global batch | step ms", render_cost())):
     i = doc.index(header)
     doc = doc[:i] + table + doc[doc.index("\n\n", i):]
   names = ", ".join(f"`{c}`" for c in not_measured()) or "none"

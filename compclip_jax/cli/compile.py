@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 
 from absl import flags
@@ -32,19 +33,31 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON he
 _FIND = flags.DEFINE_bool("find_batch", False, "Also bisect the largest global batch at which every step fits.")
 _ONLY = flags.DEFINE_list("only", [], "Compile only these programs (step kinds, eval_text, eval_image); default all.")
 _REQUIRE = flags.DEFINE_bool("require_fit", False, "Exit 1 when a program does not fit (launch/tpu_vm.sh run).")
+_HLO = flags.DEFINE_string(
+    "hlo", None, "Also write each program's optimised HLO text into this folder "
+    "(<program>.hlo.txt: what tools/hlo_traffic.py reads).")
+_CHIP_CONFIG = flags.DEFINE_enum(
+    "chip_config", "", ["", *tpu.CHIP_CONFIGS], "libtpu's chip configuration; default: the VM's (v4 and v5p: "
+    "megacore, one device per chip; else one device per TensorCore). 'default' on a v4: a device per TensorCore.")
+_TEXT_LEN = flags.DEFINE_integer(
+    "text_len", 0, "The training steps' token width: a bucket the data's captions trim to (data.trim_tokens: "
+    "multiples of 16); 0: the text tower's full width (CLIP's 77), the widest batch.")
 
 COLUMNS = ("step", "global batch", "HBM/device GiB (args + out − alias + temp + code)", "device HBM GiB", "fits",
-           "TFLOP/device", "GB accessed/device", "collectives (count, GB)", "roofline ms", "samples/s", "MFU",
-           "compile s")
+           "TFLOP/device (model; compiler)", "GB accessed/device", "collectives (count, GB)", "roofline ms",
+           "samples/s", "MFU", "compile s")
 
 
 def _gib(x: float) -> str:
   return f"{x / 2 ** 30:.2f}"
 
 
-def row(r, capacity: int, peak: float, bw: float, per_chip: int = 1) -> dict:
+def row(r, capacity: int, peak: float, bw: float, per_chip: int = 1, devices: int = 1) -> dict:
   """One table row (and the JSON entry) of a StepReport; `capacity`, `peak`, `bw` per device, `per_chip` devices
-  per chip (a v4 chip's two TensorCores: 2). The row is per device (what must fit); the JSON has both."""
+  per chip (a tpu7x chip's two TensorCores: 2), `devices` in the program. The row is per device (what must fit);
+  the JSON has both. The roofline is the compiler's (max of its FLOPs ÷ peak and its bytes ÷ bandwidth); MFU is the
+  model's FLOPs (train/flops.py; the compiler's for the encoders) ÷ (roofline × peak), so a rematerialised forward
+  the compiler counts again does not raise it."""
   batch = r.batch
   if r.error:
     return {
@@ -55,6 +68,7 @@ def row(r, capacity: int, peak: float, bw: float, per_chip: int = 1) -> dict:
         }
     }
   hbm, t = r.hbm_bytes, max(r.flops / peak, r.bytes_accessed / bw)
+  model = r.model_flops / devices if r.model_flops else r.flops
   fits = hbm <= capacity
   coll = ", ".join(f"{k} {v['count']} ({v['bytes'] / 1e9:.2f})" for k, v in sorted(r.collectives.items()))
   return {
@@ -62,14 +76,15 @@ def row(r, capacity: int, peak: float, bw: float, per_chip: int = 1) -> dict:
           f"{_gib(hbm)} ({_gib(r.argument_bytes)} + "
           f"{_gib(r.output_bytes)} − {_gib(r.alias_bytes)} + {_gib(r.temp_bytes)} + {_gib(r.code_bytes)})",
       "device HBM GiB": _gib(capacity), "fits": f"{'yes' if fits else 'no'} ({100 * (1 - hbm / capacity):+.0f} %)",
-      "TFLOP/device": f"{r.flops / 1e12:.2f}", "GB accessed/device": f"{r.bytes_accessed / 1e9:.1f}",
-      "collectives (count, GB)": coll or "none", "roofline ms": f"{1e3 * t:.1f}", "samples/s": f"{batch / t:,.0f}",
-      "MFU": f"{100 * r.flops / (t * peak):.0f} %", "compile s": f"{r.compile_s:.0f}", "json": {
+      "TFLOP/device (model; compiler)": f"{model / 1e12:.2f}; {r.flops / 1e12:.2f}",
+      "GB accessed/device": f"{r.bytes_accessed / 1e9:.1f}", "collectives (count, GB)": coll or "none",
+      "roofline ms": f"{1e3 * t:.1f}", "samples/s": f"{batch / t:,.0f}", "MFU": f"{100 * model / (t * peak):.0f} %",
+      "compile s": f"{r.compile_s:.0f}", "json": {
           "global_batch": batch, "hbm_bytes_per_chip": hbm * per_chip, "hbm_capacity_bytes": capacity * per_chip,
           "hbm_bytes_per_device": hbm, "hbm_capacity_bytes_per_device": capacity, "fits": fits,
-          "flops_per_chip": r.flops * per_chip, "flops_per_device": r.flops,
-          "bytes_accessed_per_device": r.bytes_accessed, "collectives": r.collectives, "roofline_s": t,
-          "compile_s": r.compile_s, "temp_bytes": r.temp_bytes, "argument_bytes": r.argument_bytes,
+          "flops_per_chip": r.flops * per_chip, "flops_per_device": r.flops, "model_flops_per_device": model,
+          "mfu": model / (t * peak), "bytes_accessed_per_device": r.bytes_accessed, "collectives": r.collectives,
+          "roofline_s": t, "compile_s": r.compile_s, "temp_bytes": r.temp_bytes, "argument_bytes": r.argument_bytes,
           "output_bytes": r.output_bytes, "alias_bytes": r.alias_bytes, "code_bytes": r.code_bytes
       }
   }
@@ -108,7 +123,7 @@ def find_batch(c, devices, capacity: int) -> int:
 
 
 def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = False, encoders: bool = True,
-              only: tuple[str, ...] = ()) -> dict:
+              only: tuple[str, ...] = (), text_len: int = 0, chip_config: str = "", hlo_dir: str = "") -> dict:
   """Compiles every program of config `c` and prints the table; returns the JSON report (`steps.<kind>.fits`).
 
   `topology` (a slice or topology string): its compile-only devices on this host. None: the TPU this process runs
@@ -124,18 +139,23 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
     topology = f"this runtime ({devices[0].device_kind})"
   else:
     topology, chip, chips = tpu.resolve(topology)
-    devices = tpu.compile_only_devices(topology, num_slices)
+    devices = tpu.compile_only_devices(topology, num_slices, chip_config)
   from compclip_jax.train import aot  # pylint: disable=import-outside-toplevel  # after the TPU environment is set
   if c.batch_size % len(devices):
     raise cli.UserError(f"batch_size {c.batch_size} is not divisible by the {len(devices)} devices of {topology}")
   capacity = tpu.device_hbm_bytes(chip, devices[0])
-  share = len(devices) / (chips * num_slices)  # devices per chip (a v4 core alone: 2)
+  share = len(devices) / (chips * num_slices)  # devices per chip (a tpu7x chip, or a v4 one's cores alone: 2)
   peak, bw = chip.peak_flops / share, chip.hbm_bw / share
   print(
       f"{c.method} on {topology} × {num_slices} slice(s): {len(devices)} devices ({devices[0].device_kind}), "
       f"{_gib(capacity)} GiB HBM, {peak / 1e12:.0f} TFLOP/s bf16 and {bw / 1e9:.0f} GB/s per device", flush=True)
-  reports = aot.compile_steps(c, devices, encoders, tuple(only))
-  rows = [row(r, capacity, peak, bw, round(share)) for r in reports.values()]
+  reports = aot.compile_steps(c, devices, encoders, tuple(only), text_len)
+  rows = [row(r, capacity, peak, bw, round(share), len(devices)) for r in reports.values()]
+  if hlo_dir:
+    os.makedirs(hlo_dir, exist_ok=True)
+    for r in reports.values():
+      with open(os.path.join(hlo_dir, f"{r.kind}.hlo.txt"), "w") as f:
+        f.write(r.hlo)
   print(markdown(rows), flush=True)
   if c.model.scan_layers:  # measured: 1.20 vs 11.09 TFLOP for the same CLIC step (docs/tpu.md)
     print(
@@ -143,7 +163,9 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
         "roofline leave out all but one scanned block; memory is exact", flush=True)
   out = {
       "topology": topology, "chips": chips * num_slices, "devices": len(devices), "num_slices": num_slices,
-      "method": c.method, "global_batch": c.batch_size, "steps": {r["step"]: r["json"] for r in rows}
+      "cores_per_device": getattr(devices[0], "num_cores", None) or 1, "method": c.method, "global_batch": c.batch_size,
+      "text_len": text_len or "full", "compute_dtype": c.model.compute_dtype,
+      "steps": {r["step"]: r["json"] for r in rows}
   }
   if find:
     out["largest_global_batch"] = find_batch(c, devices, capacity)
@@ -170,7 +192,8 @@ def notebook_check(c, topology: str) -> bool | None:
 
 def main(argv) -> None:
   cli.refuse_arguments(argv)
-  out = fit_check(_CONFIG.value, _TOPOLOGY.value, _SLICES.value, _FIND.value, only=tuple(_ONLY.value))
+  out = fit_check(_CONFIG.value, _TOPOLOGY.value, _SLICES.value, _FIND.value, only=tuple(_ONLY.value),
+                  text_len=_TEXT_LEN.value, chip_config=_CHIP_CONFIG.value, hlo_dir=_HLO.value or "")
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(out, f, indent=2)

@@ -41,8 +41,11 @@ class TextTransformer(nnx.Module):
     return self.final_layer_norm(self.encoder(self._embed(ids), causal=True))
 
   def _embed(self, ids: jax.Array) -> jax.Array:
+    """ids [B, L] → [B, L, W] in the compute dtype: looked up and summed in the tables' dtype, then cast (so trained
+    fp32 tables get fp32 gradients under bf16 compute)."""
     e = self.embeddings
-    return e.token_embedding(ids) + e.position_embedding.embedding[:ids.shape[1]].astype(self.dt.compute)
+    x = jnp.take(e.token_embedding.embedding[...], ids, axis=0) + e.position_embedding.embedding[:ids.shape[1]]
+    return x.astype(self.dt.compute)
 
 
 def eot_positions(ids: jax.Array, cfg: TextConfig) -> jax.Array:
@@ -82,8 +85,10 @@ class VisionTransformer(nnx.Module):
     e = self.embeddings
     x = e.patch_embedding(pixels.astype(self.dt.compute))
     x = x.reshape(x.shape[0], -1, x.shape[-1])
-    cls = jnp.broadcast_to(e.class_embedding[...].astype(x.dtype), (x.shape[0], 1, x.shape[-1]))
-    return self.pre_layrnorm(jnp.concatenate([cls, x], axis=1) + e.position_embedding.embedding[...].astype(x.dtype))
+    # the class and position embeddings added in their own dtype, then cast (fp32 gradients for trained fp32 ones)
+    cls = jnp.broadcast_to(e.class_embedding[...], (x.shape[0], 1, x.shape[-1]))
+    x = jnp.concatenate([cls, x.astype(cls.dtype)], axis=1) + e.position_embedding.embedding[...]
+    return self.pre_layrnorm(x.astype(self.dt.compute))
 
 
 def l2_normalize(x: jax.Array) -> jax.Array:

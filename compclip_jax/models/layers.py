@@ -18,6 +18,7 @@ bias).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +33,39 @@ def _out_in(value):
   return jnp.swapaxes(value, 0, 1)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def mixed_dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, dtype) -> jax.Array:
+  """x [..., in] · kernel [out, in]ᵀ + bias [out] computed in `dtype` (bf16) from fp32 parameters, whose gradients
+  come out fp32: the kernel's as an fp32-accumulated matmul over the batch, the bias's as an fp32 sum. A plain
+  `dot_general` on the cast operands would give the kernel's gradient in bf16, and the data-parallel all-reduce of
+  it would sum in bf16 (mixed precision keeps gradients and their reduction in fp32)."""
+  return _mixed_dense_fwd(x, kernel, bias, dtype)[0]
+
+
+def _mixed_dense_fwd(x, kernel, bias, dtype):
+  xc, kc = x.astype(dtype), kernel.astype(dtype)
+  y = jax.lax.dot_general(xc, kc, (((x.ndim - 1,), (1,)), ((), ())))
+  # residuals: the cast operands, x's dtype as a 0-d array, and whether there is a bias (None: a static empty tree)
+  has_bias = None if bias is None else jnp.zeros((), bool)
+  return (y if bias is None else y + bias.astype(dtype)), (xc, kc, jnp.zeros((), x.dtype), has_bias)
+
+
+def _mixed_dense_bwd(dtype, res, g):
+  del dtype
+  xc, kc, x_proto, has_bias = res
+  batch = tuple(range(g.ndim - 1))
+  dx = jax.lax.dot_general(g, kc, (((g.ndim - 1,), (0,)), ((), ()))).astype(x_proto.dtype)
+  dk = jax.lax.dot_general(g, xc, ((batch, batch), ((), ())), preferred_element_type=jnp.float32)
+  db = None if has_bias is None else jnp.sum(g.astype(jnp.float32), axis=batch)
+  return dx, dk, db
+
+
+mixed_dense.defvjp(_mixed_dense_fwd, _mixed_dense_bwd)
+
+
 class Linear(nnx.Module):
-  """y = x · kernelᵀ + bias with kernel [out, in], bias [out]; x [..., in] → y [..., out] in `dtype` (compute)."""
+  """y = x · kernelᵀ + bias with kernel [out, in], bias [out]; x [..., in] → y [..., out] in `dtype` (compute).
+  fp32 parameters computed in a narrower `dtype` go through `mixed_dense` (their gradients fp32)."""
   def __init__(self, in_features: int, out_features: int, *, use_bias: bool = True, dtype=None, param_dtype=jnp.float32,
                kernel_init=nnx.initializers.lecun_normal(), bias_init=nnx.initializers.zeros_init(), rngs: nnx.Rngs):
     self.kernel = nnx.Param(_out_in(kernel_init(rngs.params(), (in_features, out_features), param_dtype)))
@@ -45,7 +77,10 @@ class Linear(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     bias = self.bias[...] if self.bias is not None else None
-    x, kernel, bias = nnx_dtypes.promote_dtype((x, self.kernel[...], bias), dtype=self.dtype)
+    kernel = self.kernel[...]
+    if self.dtype is not None and kernel.dtype == jnp.float32 and jnp.dtype(self.dtype).itemsize < 4:
+      return mixed_dense(x, kernel, bias, jnp.dtype(self.dtype))
+    x, kernel, bias = nnx_dtypes.promote_dtype((x, kernel, bias), dtype=self.dtype)
     y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (1,)), ((), ())))
     return y if bias is None else y + bias
 
@@ -177,9 +212,19 @@ class MLP(nnx.Module):
     return self.fc2(activation(self.act, self.fc1(x)))
 
 
-def layer_norm(width: int, eps: float, dt: DTypes, rngs: nnx.Rngs) -> nnx.LayerNorm:
-  return nnx.LayerNorm(width, epsilon=eps, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
-                       **inits(rngs, "scale_init", "bias_init"))
+class LayerNorm(nnx.LayerNorm):
+  """nnx.LayerNorm computed in fp32 — statistics, scale and bias, so their gradients are fp32 sums — with its output
+  in `out_dtype` (the tower's compute dtype; with fp32 compute, exactly nnx.LayerNorm)."""
+  def __init__(self, width: int, eps: float, dt: DTypes, *, rngs: nnx.Rngs, **kw):
+    super().__init__(width, epsilon=eps, dtype=jnp.float32, param_dtype=dt.param, rngs=rngs, **kw)
+    self.out_dtype = dt.compute
+
+  def __call__(self, x, *args, **kwargs):
+    return super().__call__(x, *args, **kwargs).astype(self.out_dtype)
+
+
+def layer_norm(width: int, eps: float, dt: DTypes, rngs: nnx.Rngs) -> LayerNorm:
+  return LayerNorm(width, eps, dt, rngs=rngs, **inits(rngs, "scale_init", "bias_init"))
 
 
 class EncoderLayer(nnx.Module):

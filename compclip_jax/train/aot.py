@@ -1,7 +1,8 @@
 """Ahead-of-time compile of every step kind a config runs, on any devices — a TPU topology's compile-only devices
 on a CPU host (cli/compile.py), or the host's own — with the trainer's own state, rules, optimiser and shardings
-(train/state.py) at the config's global batch and full token width, and the evaluation encoders: the compiler's
-memory, FLOPs, bytes and collectives per device. Nothing runs; no device memory is allocated.
+(train/state.py) at the config's global batch and token width, and the evaluation encoders: the compiler's memory,
+FLOPs, bytes and collectives per device, and each step's model FLOPs counted from the architecture (train/flops.py).
+Nothing runs; no device memory is allocated.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from compclip_jax import methods
 from compclip_jax.errors import UserError
 from compclip_jax.evaluators.encoding import Encoder
 from compclip_jax.models.clip import clip_of
-from compclip_jax.train import state, trainer
+from compclip_jax.train import flops, state, trainer
 from compclip_jax import sharding
 
 # collective ops of an HLO module, counted with their result bytes (one line per op, `-start` for async pairs)
@@ -45,10 +46,11 @@ class StepReport:
   alias_bytes: int = 0
   temp_bytes: int = 0
   code_bytes: int = 0
-  flops: float = 0.0
+  flops: float = 0.0  # the compiler's count (a rematerialised forward counted twice)
   bytes_accessed: float = 0.0
   collectives: dict = dataclasses.field(default_factory=dict)  # op → {"count": n, "bytes": result bytes}
   error: str = ""  # the compiler's refusal (e.g. RESOURCE_EXHAUSTED: does not fit)
+  model_flops: float = 0.0  # the architecture's count for the global batch (train/flops.py); 0 for the encoders
   hlo: str = dataclasses.field(default="", repr=False)  # the compiled module's text
 
   @property
@@ -112,7 +114,8 @@ def report(kind: str, compiled, seconds: float, batch: int = 0) -> StepReport:
   cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
   return StepReport(kind, seconds, batch, mem.argument_size_in_bytes, mem.output_size_in_bytes, mem.alias_size_in_bytes,
                     mem.temp_size_in_bytes, mem.generated_code_size_in_bytes, float(cost.get("flops", 0.0)),
-                    float(cost.get("bytes accessed", 0.0)), collectives(compiled.as_text()), hlo=compiled.as_text())
+                    float(cost.get("bytes accessed", 0.0)), collectives=collectives(compiled.as_text()),
+                    hlo=compiled.as_text())
 
 
 def _compile(kind: str, lower: Callable[[], jax.stages.Lowered], batch: int) -> StepReport:
@@ -137,12 +140,13 @@ def _check_only(only, programs: list[str]) -> None:
                     f"{', '.join(programs)}")
 
 
-def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True,
-                  only: tuple[str, ...] = ()) -> dict[str, StepReport]:
+def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True, only: tuple[str, ...] = (),
+                  text_len: int = 0) -> dict[str, StepReport]:
   """kind → StepReport of every step kind `c` runs, compiled for `devices` (a mesh of c.mesh's shape over them),
   and (`encoders`) the evaluation encoders training runs at evals.batch_size: "eval_text" at the full token width,
   "eval_image", with the trained parameters' shardings (evaluators/encoding.py's own jitted functions). `only`:
-  these programs alone (a UserError names the ones there are)."""
+  these programs alone (a UserError names the ones there are). `text_len`: the training steps' token width (a
+  bucket of data.trim_tokens, ≤ the text tower's context length); 0: the full width."""
   trainer.validate(c, inputs=False)  # a mistake in the config is the trainer's one message, not a trace
   method = methods.get(c.method)
   _check_only(only, [k.name for k in method.step_kinds(c)] + (list(ENCODERS) if encoders else []))
@@ -151,12 +155,17 @@ def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True,
   st = state.build_state(c, model, mesh, max(1, c.total_steps or 1000), abstract=True)
   fns = state.jit_steps(c, method, model, st, mesh)
   size, batch_sh = model.clip_cfg.vision.image_size, sharding.batch_sharding(mesh)
+  full = model.clip_cfg.text.context_length
+  if not 0 <= text_len <= full:
+    raise UserError(f"--text_len={text_len}: the text tower takes at most {full} tokens (0: all of them)")
   kinds = [k for k in method.step_kinds(c) if not only or k.name in only]
+  parts, t5_cfg = flops.trains(st.state.trainable), flops.decoder_of(model.abstract)
   out = {}
   for kind in kinds:
-    batch = abstract_batch(kind, c.batch_size, size, batch_sh, model.clip_cfg.text.context_length)
-    out[kind.name] = _compile(kind.name, lambda k=kind, b=batch: fns[k.name].lower(st.state, st.frozen, b),
-                              c.batch_size)
+    batch = abstract_batch(kind, c.batch_size, size, batch_sh, text_len or full)
+    r = _compile(kind.name, lambda k=kind, b=batch: fns[k.name].lower(st.state, st.frozen, b), c.batch_size)
+    shapes = kind.batch_shapes(c.batch_size, size, text_len or full)
+    out[kind.name] = dataclasses.replace(r, model_flops=flops.step(shapes, model.clip_cfg, t5_cfg, parts))
   if encoders and (not only or set(only) & set(ENCODERS)):
     clip = clip_of(nnx.merge(st.graphdef, st.state.trainable, st.frozen))
     enc = Encoder(clip, None, None, c.evals.batch_size, mesh, progress=False)

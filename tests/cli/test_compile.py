@@ -10,6 +10,7 @@ import sys
 import jax
 import pytest
 
+from compclip_jax.models import clip_config
 from compclip_jax.train import tpus as tpu
 from compclip_jax.errors import UserError
 from compclip_jax.train import aot
@@ -30,9 +31,22 @@ def test_slice_names_resolve_to_topologies():
   assert tpu.resolve("v4-8")[:3:2] == ("v4:2x2x1", 4) and tpu.resolve("v4-32")[0] == "v4:2x2x4"
   assert tpu.resolve("v5p-128")[0] == "v5p:4x4x4" and tpu.resolve("v6e-8")[0] == "v6e:2x4"
   assert tpu.resolve("v5e:4x4")[2] == 16 and tpu.resolve("v2-8")[0] == "v2:2x2"
-  for bad in ("v9-8", "v5e-12", "tpu"):
+  assert tpu.resolve("tpu7x:2x2x2")[::2] == ("tpu7x:2x2x2", 8)
+  for bad in ("v9-8", "v5e-12", "tpu", "tpu7x-8"):
     with pytest.raises(UserError):
       tpu.resolve(bad)
+
+
+@needs_libtpu
+def test_devices_are_what_a_vm_of_the_slice_lists():
+  """A v4 or v5p chip is one megacore device (two TensorCores, the chip's HBM), as `jax.devices()` lists it on the
+  VM; a v5e chip one device of one core; a tpu7x chip two devices of one core and half its HBM each."""
+  for topology, devices, cores, gib in (("v4:2x2x1", 4, 2, 32), ("v5p:2x2x1", 4, 2, 95), ("v5e:2x2", 4, 1, 16),
+                                        ("tpu7x:2x2x1", 8, 1, 96)):
+    found = tpu.compile_only_devices(topology)
+    chip = tpu.chip_of(found[0])
+    assert (len(found), found[0].num_cores) == (devices, cores), (topology, found[0])
+    assert tpu.device_hbm_bytes(chip, found[0]) == gib * 2 ** 30, topology
 
 
 def test_collectives_are_counted_with_their_bytes():
@@ -122,8 +136,8 @@ def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
   reports = aot.compile_steps(c, devices)
   assert set(reports) == {"clic_read", "clic_clip", "eval_text", "eval_image"}  # + the evaluation encoders
   cap = tpu.device_hbm_bytes(tpu.resolve(topology)[1], devices[0])
-  assert len(devices) == (4 if topology.startswith("v5e") else 16)  # a v4 chip shows its 2 cores as 2 devices
-  assert cap == 16 * 2 ** 30  # v5e: a chip's 16 GiB; v4: a core alone holds half of its chip's 32
+  assert len(devices) == (4 if topology.startswith("v5e") else 8)  # a v4 chip: one megacore device, as on the VM
+  assert cap == (16 if topology.startswith("v5e") else 32) * 2 ** 30  # a chip's HBM: v5e 16 GiB, v4 32
   for name, r in reports.items():
     assert not r.error and 0 < r.hbm_bytes < cap and r.flops > 0 and r.bytes_accessed > 0, name
     assert r.temp_bytes > 0 or name.startswith("eval_"), name  # a tiny encoder may fuse into no temporaries (v4)
@@ -135,11 +149,17 @@ def test_every_step_kind_compiles_for_the_tpu_and_fits(topology):
 @needs_libtpu
 def test_tpu_and_cpu_compilers_count_the_same_flops():
   """The same step (NegCLIP, data-parallel) for 4 TPU v5e chips and for 4 of this host's CPU devices: the programs
-  differ (layouts, fusions), the FLOPs of the maths do not (within 10 %)."""
+  differ (layouts, fusions), the FLOPs of the maths do not (within 10 %). In bf16 the gradient is reduced in fp32."""
   c = _tiny(negclip)
-  on_tpu = aot.compile_steps(c, tpu.compile_only_devices("v5e:2x2"))["negclip"]
-  on_cpu = aot.compile_steps(c, jax.devices()[:4])["negclip"]
+  on_tpu = aot.compile_steps(c, tpu.compile_only_devices("v5e:2x2"), encoders=False)["negclip"]
+  on_cpu = aot.compile_steps(c, jax.devices()[:4], encoders=False)["negclip"]
   assert on_cpu.flops > 0 and abs(on_tpu.flops / on_cpu.flops - 1) < 0.10, (on_tpu.flops, on_cpu.flops)
+  # bf16 mixed precision (the recipes'): the gradient is still all-reduced in fp32 — the same bytes as the fp32
+  # step's (a bf16 reduction would move half of them)
+  mixed = _tiny(negclip, **{"model.compute_dtype": "bfloat16"})
+  in_bf16 = aot.compile_steps(mixed, tpu.compile_only_devices("v5e:2x2"), encoders=False)["negclip"]
+  grads = lambda r: r.collectives["all-reduce"]["bytes"]
+  assert grads(in_bf16) == grads(on_tpu) > 4 * 1_000_000, (grads(in_bf16), grads(on_tpu))
 
 
 def _cli(*args):
@@ -249,6 +269,19 @@ def test_find_batch_returns_the_largest_batch_that_fits(monkeypatch):
     assert all(b % 4 == 0 and b >= 0 for b in probes) and len(probes) <= 16
 
 
+@pytest.mark.slow  # six compiles of a tiny step
+@needs_libtpu
+def test_find_batch_finds_the_batch_the_compiler_says_fits():
+  """--find_batch on a tiny negclip over a v5e-8, with an HBM budget of exactly what the compiler says a global
+  batch of 64 holds: 64 is the answer — it fits by the compiler's own figure, and one more row per device (72) does
+  not (its probe). Its probes: 64, 128, then bisection."""
+  from compclip_jax.cli import compile as cmd
+  devices = tpu.compile_only_devices("v5e:2x4")
+  c = _tiny(negclip, batch_size=64)
+  budget = aot.compile_steps(c, devices, encoders=False)["negclip"].hbm_bytes
+  assert cmd.find_batch(c, devices, budget) == 64
+
+
 @needs_libtpu
 def test_two_slices_are_one_mesh_of_both_slices_devices():
   """--num_slices=2: the devices of two v5e:2x2 slices (slice_index 0 and 1) form the data axis; the gradients are
@@ -259,6 +292,20 @@ def test_two_slices_are_one_mesh_of_both_slices_devices():
   assert not r.error and r.hbm_bytes > 0 and "all-reduce" in r.collectives
   # one slice's program (its 4 devices) that all-reduces the gradients with the other slice over the DCN
   assert "replica_groups={{0,1,2,3}}" in r.hlo.replace(" ", "") and r.collectives["dcn-all-reduce"]["count"] >= 1
+
+
+def test_text_len_is_the_training_steps_token_width():
+  """--text_len: the steps compiled at a bucket width (their model FLOPs those of 32-token captions, the ids 32 wide
+  in the program); wider than the text tower is one line."""
+  from compclip_jax.train import flops
+  c = _tiny(negclip, batch_size=8)
+  with pytest.raises(UserError, match="--text_len=78: the text tower takes at most 77 tokens"):
+    aot.compile_steps(c, jax.devices()[:4], encoders=False, text_len=78)
+  r = aot.compile_steps(c, jax.devices()[:4], encoders=False, text_len=32)["negclip"]
+  assert "s32[2,2,32]" in r.hlo and "s32[2,2,77]" not in r.hlo  # each device's rows of [batch, texts, tokens]
+  wide = flops.text_forward(clip_config.tiny().text, clip_config.tiny().embed_dim, 77)
+  narrow = flops.text_forward(clip_config.tiny().text, clip_config.tiny().embed_dim, 32)
+  assert r.model_flops < 8 * 2 * 3 * wide and r.model_flops > 8 * 2 * 3 * narrow  # 8 rows × 2 texts, trained (×3)
 
 
 def test_a_config_mistake_is_the_trainers_one_message():

@@ -28,7 +28,7 @@ def test_every_measurement_is_a_known_case_with_its_command():
   assert measured, "no measurements in docs/tpu_measured"
   for case, r in measured.items():
     assert case in tpu_table.CASES, case
-    assert r["measured"]["command"] == "python " + " ".join(tpu_table.command(case)[1:]), case
+    assert r["measured"]["command"] == tpu_table.recorded_command(case, r), case
     for kind, s in r["steps"].items():
       assert s["hbm_capacity_bytes"] > 0 and s["compile_s"] > 0, (case, kind)
       if s["fits"]:
@@ -41,6 +41,7 @@ def test_the_doc_holds_the_tables_rendered_from_the_measurements():
   assert tpu_table.render_paper() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
   assert tpu_table.render_pod() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
   assert tpu_table.render_knobs() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
+  assert tpu_table.render_speed() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
 
 
 def test_the_paper_configs_fit_with_margin():

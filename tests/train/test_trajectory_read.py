@@ -60,7 +60,8 @@ def config(workdir: str):
   meta, _ = series()
   c = read.get_config()
   c.model.init = os.path.join(FIX, "clip")
-  c.model.frozen_dtype = "float32"  # the reference's decoder is fp32 (bf16 autocast off on both sides)
+  c.model.compute_dtype = c.model.frozen_dtype = "float32"  # bf16 autocast off on both sides: fp32 throughout
+  c.model.attention = "explicit"  # the parity-tested numerics
   c.read.t5.init = os.path.join(FIX, "t5")
   c.read.t5.tokenizer = assets.SYNTHETIC_SPIECE  # the one the reference's collator used (not copied into the fixture)
   c.read.export_decoder = True  # the frozen decoder written back at the end: bit for bit the initial one

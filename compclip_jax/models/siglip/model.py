@@ -60,8 +60,10 @@ class TextTransformer(nnx.Module):
     return self.final_layer_norm(self.encoder(self._embed(ids), causal=False))
 
   def _embed(self, ids: jax.Array) -> jax.Array:
+    """As CLIP's text tower's: looked up and summed in the tables' dtype, then cast to the compute dtype."""
     e = self.embeddings
-    return e.token_embedding(ids) + e.position_embedding.embedding[:ids.shape[1]].astype(self.dt.compute)
+    x = jnp.take(e.token_embedding.embedding[...], ids, axis=0) + e.position_embedding.embedding[:ids.shape[1]]
+    return x.astype(self.dt.compute)
 
 
 class PoolingAttention(nnx.Module):
@@ -134,7 +136,8 @@ class VisionTransformer(nnx.Module):
     e = self.embeddings
     x = e.patch_embedding(pixels.astype(self.dt.compute))
     x = x.reshape(x.shape[0], -1, x.shape[-1])
-    return x + e.position_embedding.embedding[...].astype(x.dtype)
+    pos = e.position_embedding.embedding[...]
+    return (x.astype(pos.dtype) + pos).astype(self.dt.compute)  # added in the table's dtype, as CLIP's
 
 
 class SigLIP(nnx.Module):

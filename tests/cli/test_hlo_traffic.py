@@ -1,0 +1,35 @@
+"""tools/hlo_traffic.py on a hand-written HLO module: each top-level instruction's operands and result are counted
+in bytes (fusions as one instruction; what a fused computation does inside stays on chip), by the op_name of its
+metadata with layer numbers folded; parameters, tuples and bitcasts move nothing."""
+import importlib.util
+import os
+
+from tests import paths
+
+_SPEC = importlib.util.spec_from_file_location("hlo_traffic", os.path.join(paths.ROOT, "tools", "hlo_traffic.py"))
+hlo_traffic = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(hlo_traffic)
+
+HLO = """HloModule jit_step
+
+%fused_computation (p0: bf16[4,8], p1: bf16[8,16]) -> bf16[4,16] {
+  %p0 = bf16[4,8]{1,0} parameter(0)
+  %p1 = bf16[8,16]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[4,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (param.0: bf16[4,8], param.1: bf16[8,16]) -> f32[4,16] {
+  %param.0 = bf16[4,8]{1,0} parameter(0)
+  %param.1 = bf16[8,16]{1,0} parameter(1)
+  %fusion.1 = bf16[4,16]{1,0} fusion(%param.0, %param.1), kind=kOutput, calls=%fused_computation, metadata={op_name="jit(step)/jvp(text_model)/layers/3/mlp/dot_general"}
+  %fusion.2 = bf16[4,16]{1,0} fusion(%param.0, %param.1), kind=kOutput, calls=%fused_computation, metadata={op_name="jit(step)/jvp(text_model)/layers/11/mlp/dot_general"}
+  %bitcast.1 = bf16[64]{0} bitcast(%fusion.1)
+  ROOT %convert.1 = f32[4,16]{1,0} convert(%fusion.2), metadata={op_name="jit(step)/convert_element_type"}
+}
+"""  # noqa: E501  (HLO lines as XLA writes them)
+
+
+def test_bytes_of_top_level_instructions_by_what_they_compute():
+  t = hlo_traffic.traffic(HLO)
+  dot = 2 * 2 * (4 * 8 + 8 * 16 + 4 * 16)  # two fusions: both operands read, the result written; 2 bytes each
+  assert t == {"fusion: text_model/layers/*/mlp/dot_general": dot, "convert: convert_element_type": 2 * 64 + 4 * 64}
