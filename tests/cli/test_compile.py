@@ -196,16 +196,16 @@ def test_mistakes_are_one_line(tmp_path):
 
 
 def _text_grad_temp_bytes(device, remat: bool, policy: str = "full", scan: bool = False) -> int:
-  """Temporaries of the text tower's gradient (4 blocks, width 64, 128 captions × 77 tokens) compiled by XLA:TPU for
-  one compile-only device. 128 captions: enough for the policies to differ (5.8 < 20.1 < 39.5 MB) in ~20 s a compile;
-  512 took ~45 s each."""
+  """Temporaries of the text tower's gradient (4 blocks, width 64, 256 captions × 32 tokens) compiled by XLA:TPU for
+  one compile-only device: enough for the policies to differ (0 < 17.9 < 25.2 MB) in ~12 s a compile (128 × 77
+  tokens, docs/tpu.md's measurement, took twice as long; 128 × 32 leaves every policy at 0)."""
   return _grad_temp_bytes(device, "text", dict(remat_text=remat, remat_policy=policy, scan_layers=scan))
 
 
 def _grad_temp_bytes(device, tower: str, options: dict) -> int:
   """Temporaries of one tower's gradient compiled by XLA:TPU for one compile-only device, the tiny CLIP built with
-  `options`: the text tower (4 blocks) on 128 captions × 77 tokens, every parameter's gradient; or the vision tower
-  (6 blocks, 64 px: 64 patches) on 128 images, the vision tower's parameters' gradient only (the text tower's zero
+  `options`: the text tower (4 blocks) on 256 captions × 32 tokens, every parameter's gradient; or the vision tower
+  (6 blocks, 32 px: 16 patches) on 256 images, the vision tower's parameters' gradient only (the text tower's zero
   gradients would be an output buffer XLA uses as scratch: 0 temporaries either way)."""
   import dataclasses
   import jax.numpy as jnp
@@ -215,7 +215,7 @@ def _grad_temp_bytes(device, tower: str, options: dict) -> int:
   from compclip_jax.models.clip import CLIP
   cfg = clip_config.tiny()
   cfg = cfg.replace(text=dataclasses.replace(cfg.text, layers=4),
-                    vision=dataclasses.replace(cfg.vision, layers=6, image_size=64))
+                    vision=dataclasses.replace(cfg.vision, layers=6, image_size=32))
   model = nnx.eval_shape(lambda: CLIP(cfg, rngs=nnx.Rngs(0), **options))
   wrt = nnx.Param if tower == "text" else nnx.All(nnx.Param, nnx.PathContains("vision_model"))
   gd, p, rest = nnx.split(model, wrt, ...)
@@ -226,8 +226,8 @@ def _grad_temp_bytes(device, tower: str, options: dict) -> int:
     m = nnx.merge(gd, p, rest)
     return jnp.sum(m.encode_text(x, normalize=True) if tower == "text" else m.encode_image(x, normalize=True))
 
-  x = jax.ShapeDtypeStruct((128, 77), np.int32, sharding=sh) if tower == "text" else \
-      jax.ShapeDtypeStruct((128, 64, 64, 3), np.float32, sharding=sh)
+  x = jax.ShapeDtypeStruct((256, 32), np.int32, sharding=sh) if tower == "text" else \
+      jax.ShapeDtypeStruct((256, 32, 32, 3), np.float32, sharding=sh)
   compiled = jax.jit(jax.grad(loss)).lower(jax.tree.map(spec, p), jax.tree.map(spec, rest), x).compile()
   return compiled.memory_analysis().temp_size_in_bytes
 
@@ -269,17 +269,17 @@ def test_find_batch_returns_the_largest_batch_that_fits(monkeypatch):
     assert all(b % 4 == 0 and b >= 0 for b in probes) and len(probes) <= 16
 
 
-@pytest.mark.slow  # six compiles of a tiny step
+@pytest.mark.slow  # four compiles of a tiny step
 @needs_libtpu
 def test_find_batch_finds_the_batch_the_compiler_says_fits():
-  """--find_batch on a tiny negclip over a v5e-8, with an HBM budget of exactly what the compiler says a global
-  batch of 64 holds: 64 is the answer — it fits by the compiler's own figure, and one more row per device (72) does
-  not (its probe). Its probes: 64, 128, then bisection."""
+  """--find_batch on a tiny negclip over a v5e-4, with an HBM budget of exactly what the compiler says a global batch
+  of 8 holds: 8 is the answer — it fits by the compiler's own figure, and one more row per device (12) does not (its
+  probe). Its probes: 8, 16, then bisection."""
   from compclip_jax.cli import compile as cmd
-  devices = tpu.compile_only_devices("v5e:2x4")
-  c = _tiny(negclip, batch_size=64)
+  devices = tpu.compile_only_devices("v5e:2x2")
+  c = _tiny(negclip, batch_size=8)
   budget = aot.compile_steps(c, devices, encoders=False)["negclip"].hbm_bytes
-  assert cmd.find_batch(c, devices, budget) == 64
+  assert cmd.find_batch(c, devices, budget) == 8
 
 
 @needs_libtpu
