@@ -34,7 +34,8 @@ SPEED_KNOBS = {
         "fp32": FP32 + EXPLICIT, "bf16_explicit": EXPLICIT, "bf16": (),
         "bf16_no_remat": ("--config.model.remat_text=False",)
     },
-    "read": {"bf16": ()},  # its fp32 step is the grid's read_b32_v5e-8
+    "read": {"fp32": FP32 + EXPLICIT, "bf16": ()},
+    "negclip": {"bf16": ()},  # its fp32 step is the grid's negclip_b32_v5e-8
 }
 
 # case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table:
@@ -61,11 +62,13 @@ CASES = {
     "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + (
         "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read")),
     # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
-    # CLIC ViT-B/32 at 800 and READ ViT-B/32 + T5-large at 256 on a v5e-8; the first row of each is fp32)
+    # CLIC and NegCLIP ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
     **{f"speed_clic_b32_v5e-8_{name}": ("speed", "clic", "ViT-B/32", "v5e-8", 1, B32 + ("--only=clic", *flags))
        for name, flags in SPEED_KNOBS["clic"].items()},
     **{f"speed_read_b32_v5e-8_{name}": ("speed", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=read", *flags))
        for name, flags in SPEED_KNOBS["read"].items()},
+    **{f"speed_negclip_b32_v5e-8_{name}": ("speed", "negclip", "ViT-B/32", "v5e-8", 1, B32 + ("--only=negclip", *flags))
+       for name, flags in SPEED_KNOBS["negclip"].items()},
 }
 
 
