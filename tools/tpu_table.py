@@ -141,6 +141,14 @@ def _load(case: str) -> dict | None:
     return json.load(f)
 
 
+def _measured(table: str):
+  """(case, its spec without the table, its JSON) of every measured case of `table`, in CASES order."""
+  for case, (kind, *spec) in CASES.items():
+    r = _load(case) if kind == table else None
+    if r is not None:
+      yield case, tuple(spec), r
+
+
 def render_paper() -> str:
   """One line per (case, training step): HBM/device with margin, TFLOP/device, roofline, compile time; the
   evaluation encoders' largest HBM beside it."""
@@ -148,10 +156,7 @@ def render_paper() -> str:
       "| method, model | slice (devices × HBM) | compute | global batch | step | HBM/device GiB (margin) | "
       "TFLOP/device | roofline ms | compile s | eval encoders: HBM/device GiB |", "|---|" * 9 + "---|"
   ]
-  for case, (table, method, model, topology, _, _) in CASES.items():
-    r = _load(case)
-    if table != "paper" or r is None:
-      continue
+  for case, (method, model, topology, _, _), r in _measured("paper"):
     steps = r["steps"]
     evals = [s for k, s in steps.items() if k.startswith("eval_")]
     ev = max((s.get("hbm_bytes_per_device", 0) for s in evals), default=0)
@@ -173,10 +178,7 @@ def render_pod() -> str:
       "| slice | slices | chips (hosts) | global batch | clic step HBM/device GiB (margin) | collectives per device "
       "(count / GB) | TFLOP/device | roofline ms | compile s |", "|---|---|---|---|---|---|---|---|---|"
   ]
-  for case, (table, _, _, topology, slices, _) in CASES.items():
-    r = _load(case)
-    if table != "pod" or r is None:
-      continue
+  for _, (_, _, topology, slices, _), r in _measured("pod"):
     s = r["steps"]["clic"]
     hosts = 1 if r["chips"] <= 8 else r["chips"] // 4  # v5e: a v5e-8 is one host; a pod's hosts hold 4 chips each
     lines.append(f"| {topology} | {slices} | {r['chips']} ({hosts}) | "
@@ -191,10 +193,7 @@ def render_knobs() -> str:
       "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | temporaries GiB | "
       "TFLOP/device | roofline ms | compile s |", "|---|---|---|---|---|---|---|---|---|---|"
   ]
-  for case, (table, method, model, topology, _, extra) in CASES.items():
-    r = _load(case)
-    if table != "knob" or r is None:
-      continue
+  for case, (method, model, topology, _, extra), r in _measured("knob"):
     base = _load(case[len("knob_"):case.index(topology) + len(topology)])  # the grid case it changes: knob_<case>_…
     setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra if f.startswith("--config.model.") and
                        not f.startswith(("--config.model.random", "--config.model.compute_dtype")))
@@ -231,10 +230,7 @@ def render_speed() -> str:
       "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | GB accessed/device | "
       "TFLOP/device: model; compiler | roofline ms | roofline MFU |", "|---|---|---|---|---|---|---|---|---|---|"
   ]
-  for case, (table, method, model, topology, _, extra) in CASES.items():
-    r = _load(case)
-    if table != "speed" or r is None:
-      continue
+  for _, (method, model, topology, _, extra), r in _measured("speed"):
     for kind, s in r["steps"].items():
       if kind.startswith("eval_"):
         continue
@@ -258,9 +254,8 @@ def render_cost() -> str:
       "| method, model | slice | compute | global batch | step ms (roofline) | samples/s/chip | paper run: steps | "
       "minutes | chip-hours |", "|---|---|---|---|---|---|---|---|---|"
   ]
-  for case, (table, method, model, topology, _, _) in CASES.items():
-    r = _load(case)
-    if table != "paper" or r is None or method not in RUN_STEPS:
+  for _, (method, model, topology, _, _), r in _measured("paper"):
+    if method not in RUN_STEPS:
       continue
     steps = [s for k, s in r["steps"].items() if not k.startswith("eval_")]
     if any("roofline_s" not in s for s in steps):
