@@ -58,16 +58,16 @@ _TFDS_ADDED = dict(tfds_name="coco_captions/2014:1.1.0", tfds_data_dir="", tfds_
                    tfds_captions_key="captions/text", tfds_id_key="image/id", tfds_lowercase=False,
                    tfds_split_sentences=False)
 ADDED_KEYS: dict[str, object] = {
-    **{f"data.{k}": v for k, v in _TFDS_ADDED.items()},  # 2026-12-03: data.source="tfds"
-    "optim.clamp_logit_scale": False,  # 2026-12-03: unclamped, as before
-    "model.remat_vision": False,  # 2026-12-04: the vision tower's blocks stored, as before
-    "siglip.contrastive": "sigmoid",  # 2026-12-05: SigLIP training (a CLIP ignores the section)
+    **{f"data.{k}": v for k, v in _TFDS_ADDED.items()},  # since 743e607: data.source="tfds"
+    "optim.clamp_logit_scale": False,  # since 37a8397: unclamped, as before
+    "model.remat_vision": False,  # since eaf6739: the vision tower's blocks stored, as before
+    "siglip.contrastive": "sigmoid",  # since 7a03b3a: SigLIP training (a CLIP ignores the section)
     "siglip.negatives": "columns",
-    "drop_last": False,  # 2026-12-07: ⌈num_epochs × records / batch_size⌉ steps, as before
-    "optim.reference_warmup_cosine": False,  # 2026-12-07: warmup_frac_cosine's own arithmetic, as before
-    "optim.fp32_decay_factor": False,  # 2026-12-07: optax.adamw's decay lr·wd·θ, as before
+    "drop_last": False,  # since a484286: ⌈num_epochs × records / batch_size⌉ steps, as before
+    "optim.reference_warmup_cosine": False,  # since a484286: warmup_frac_cosine's own arithmetic, as before
+    "optim.fp32_decay_factor": False,  # since a484286: optax.adamw's decay lr·wd·θ, as before
 }
-# The parameter rules that name SigLIP's parameters alone (added 2026-12-05): they match no CLIP parameter, so a run
+# The parameter rules that name SigLIP's parameters alone (added in 7a03b3a): they match no CLIP parameter, so a run
 # recorded before them is the same run with them (`carry_added_rules`).
 SIGLIP_RULES = (r"logit_bias", r"(clip\.)?logit_bias", r"clip\.logit_bias", r".*\.in_proj_weight", r".*\.in_proj_bias",
                 r".*\.head\.probe")
@@ -165,7 +165,7 @@ def migrate_argv(argv: list[str]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- files on disk
 def prepared_reject_detail(where: str, detail: str) -> str:
-  """A prepared folder's skipped.jsonl detail without the row prefix folders prepared before 2026-12-03 wrote into it
+  """A prepared folder's skipped.jsonl detail without the row prefix folders prepared before eca2d45 wrote into it
   (`Rejected` prefixes the row itself)."""
   return detail.removeprefix(f"{where}: ")
 
@@ -175,7 +175,7 @@ COMPCLIP_VERSIONS = (1, 2)  # the compclip weight formats this code reads; 2 is 
 
 def compclip_transposed(version: int, key: str) -> bool:
   """Whether tensor `key` of a compclip directory of format `version` is read transposed: version 1 (written before
-  2026-12-01) stored dense kernels [in, out], today's layout is [out, in] (compclip_jax/models/layers.py); the patch
+  25e1078) stored dense kernels [in, out], today's layout is [out, in] (compclip_jax/models/layers.py); the patch
   conv keeps Flax's HWIO in both."""
   return version == 1 and key.endswith(".kernel") and key != "vision_model.embeddings.patch_embedding.kernel"
 
@@ -184,10 +184,11 @@ def checkpoints_without_run_file(ckpt_dir: str, workdir: str, run_file: str) -> 
   """What to say of a workdir whose checkpoints no run.json describes: written before run.json existed, and before
   today's kernel layout, so a square kernel would restore transposed, silently — they cannot be continued."""
   return (f"{ckpt_dir} holds checkpoints but {workdir} has no {run_file}: they were written by a compclip_jax older "
-          "than 2026-12-01 (dense kernels [in, out], now [out, in]) and cannot be continued. Use a new --workdir; "
+          "than commit 25e1078 (dense kernels [in, out], now [out, in]) and cannot be continued. Use a new --workdir; "
           "to keep that run's weights, export them with the version that wrote them and fine-tune from the export")
 
 
-OLD_KERNEL_LAYOUT_WAY_OUT = ("  - its checkpoints hold dense kernels [in, out] (compclip_jax before 2026-12-01; now "
-                             "[out, in]): export them with that version (its export/hf loads here), then fine-tune "
-                             "from the export")
+OLD_KERNEL_LAYOUT_WAY_OUT = (
+    "  - its checkpoints hold dense kernels [in, out] (compclip_jax before commit 25e1078; now "
+    "[out, in]): export them with that version (its export/hf loads here), then fine-tune "
+    "from the export")

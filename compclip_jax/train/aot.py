@@ -159,13 +159,13 @@ def compile_steps(c: ml_collections.ConfigDict, devices, encoders: bool = True, 
   if not 0 <= text_len <= full:
     raise UserError(f"--text_len={text_len}: the text tower takes at most {full} tokens (0: all of them)")
   kinds = [k for k in method.step_kinds(c) if not only or k.name in only]
-  parts, t5_cfg = flops.trains(st.state.trainable), flops.decoder_of(model.abstract)
+  parts, decoder = flops.trains(st.state.trainable), flops.decoder_of(model.abstract)
   out = {}
   for kind in kinds:
     batch = abstract_batch(kind, c.batch_size, size, batch_sh, text_len or full)
     r = _compile(kind.name, lambda k=kind, b=batch: fns[k.name].lower(st.state, st.frozen, b), c.batch_size)
     shapes = kind.batch_shapes(c.batch_size, size, text_len or full)
-    out[kind.name] = dataclasses.replace(r, model_flops=flops.step(shapes, model.clip_cfg, t5_cfg, parts))
+    out[kind.name] = dataclasses.replace(r, model_flops=flops.step(shapes, model.clip_cfg, decoder, parts))
   if encoders and (not only or set(only) & set(ENCODERS)):
     clip = clip_of(nnx.merge(st.graphdef, st.state.trainable, st.frozen))
     enc = Encoder(clip, None, None, c.evals.batch_size, mesh, progress=False)

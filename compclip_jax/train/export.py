@@ -4,10 +4,10 @@
 The run's own config (`<workdir>/config.json`) rebuilds the model as training built it (`train.state.build_model`:
 frozen parameters from `model.init`, bit for bit), the checkpoint's trainable parameters are restored into the
 state's shapes, and training's own export (`train.loop.export`) writes them: `--dst` receives exactly what the end
-of training writes to `<workdir>/export` (`hf/`, `open_clip/model.safetensors`, a method's own parts such as a
-decoder's `t5/`, as the run's `export.*` config says; `--to=hf` / `open_clip` writes only that one). The checkpoints
-are only read (a training run may be writing the next one), and `--dst` appears whole or not at all (written beside
-it, then renamed).
+of training writes to `<workdir>/export` (`hf/`, `open_clip/model.safetensors`, a method's own parts such as
+its frozen decoder's folder, as the run's `export.*` config says; `--to=hf` / `open_clip` writes only that one).
+The checkpoints are only read (a training run may be writing the next one), and `--dst` appears whole or not at
+all (written beside it, then renamed).
 """
 from __future__ import annotations
 

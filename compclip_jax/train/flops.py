@@ -18,8 +18,6 @@ import math
 import jax
 from flax import nnx
 
-from compclip_jax.models.t5 import T5Decoder
-
 
 def encoder(width: int, layers: int, mlp_dim: int, tokens: int, pooled: bool = False) -> float:
   """Forward FLOPs of `layers` pre-LN transformer blocks on one sequence of `tokens`: q, k, v, out projections,
@@ -53,25 +51,26 @@ def vision_forward(vision_cfg, embed_dim: int) -> float:
   return embed + encoder(w, vision_cfg.layers, vision_cfg.mlp_dim, patches) + head
 
 
-def _decoder_parts(t5_cfg, tokens: int, encoder_tokens: int) -> tuple[float, float, float, float]:
-  """(self-attention, cross-attention, gated FF) of one T5 block, and the LM head, for one target of `tokens`."""
-  d, inner, ff = t5_cfg.d_model, t5_cfg.num_heads * t5_cfg.d_kv, t5_cfg.d_ff
+def _decoder_parts(cfg, tokens: int, encoder_tokens: int) -> tuple[float, float, float, float]:
+  """(self-attention, cross-attention, gated FF) of one decoder block in T5 v1.1's layout, and the LM head, for one
+  target of `tokens`."""
+  d, inner, ff = cfg.d_model, cfg.num_heads * cfg.d_kv, cfg.d_ff
   self_attn = 2 * tokens * 4 * d * inner + 4 * tokens * tokens * inner
   cross = 2 * tokens * 2 * d * inner + 2 * encoder_tokens * 2 * d * inner + 4 * tokens * encoder_tokens * inner
-  return self_attn, cross, 2 * tokens * 3 * d * ff, 2 * tokens * d * t5_cfg.vocab_size
+  return self_attn, cross, 2 * tokens * 3 * d * ff, 2 * tokens * d * cfg.vocab_size
 
 
-def decoder_forward(t5_cfg, tokens: int, encoder_tokens: int = 1) -> float:
-  """One target of `tokens` through a T5 v1.1 decoder (self-attention, cross-attention to `encoder_tokens`, gated
-  FF, LM head) that reads `encoder_tokens` projected states."""
-  self_attn, cross, ff, head = _decoder_parts(t5_cfg, tokens, encoder_tokens)
-  return t5_cfg.num_decoder_layers * (self_attn + cross + ff) + head
+def decoder_forward(cfg, tokens: int, encoder_tokens: int = 1) -> float:
+  """One target of `tokens` through a decoder in T5 v1.1's layout (self-attention, cross-attention to
+  `encoder_tokens` projected states, gated FF, LM head)."""
+  self_attn, cross, ff, head = _decoder_parts(cfg, tokens, encoder_tokens)
+  return cfg.num_decoder_layers * (self_attn + cross + ff) + head
 
 
-def decoder_input_gradient(t5_cfg, tokens: int, encoder_tokens: int = 1) -> float:
+def decoder_input_gradient(cfg, tokens: int, encoder_tokens: int = 1) -> float:
   """The backward pass of a frozen decoder into its encoder states alone: the forward's matmuls once more
   (no weight gradients), less the first block's self-attention, whose input (the target's embeddings) needs none."""
-  return decoder_forward(t5_cfg, tokens, encoder_tokens) - _decoder_parts(t5_cfg, tokens, encoder_tokens)[0]
+  return decoder_forward(cfg, tokens, encoder_tokens) - _decoder_parts(cfg, tokens, encoder_tokens)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,14 +87,16 @@ def trains(trainable_state) -> Trains:
 
 
 def decoder_of(module: nnx.Module):
-  """The T5Config of the T5 decoder inside `module` (a method's extra module), or None."""
+  """The config of the encoder-decoder decoder inside `module` (a method's extra module: a submodule whose `cfg`
+  has `num_decoder_layers`), or None."""
   for _, node in nnx.iter_graph(module):
-    if isinstance(node, T5Decoder):
-      return node.cfg
+    cfg = getattr(node, "cfg", None)
+    if isinstance(node, nnx.Module) and hasattr(cfg, "num_decoder_layers"):
+      return cfg
   return None
 
 
-def step(shapes: dict, clip_cfg, t5_cfg, parts: Trains) -> float:
+def step(shapes: dict, clip_cfg, decoder_cfg, parts: Trains) -> float:
   """Model FLOPs of one training step on a global batch of `shapes` (StepKind.batch_shapes: {key: (shape, dtype)};
   the token width is the ids' last axis)."""
   images = shapes["image"][0][0]
@@ -105,7 +106,7 @@ def step(shapes: dict, clip_cfg, t5_cfg, parts: Trains) -> float:
   embed = clip_cfg.embed_dim
   total = texts * text_forward(clip_cfg.text, embed, width) * (3 if parts.text else 1)
   total += images * vision_forward(clip_cfg.vision, embed) * (3 if parts.vision else 1)
-  if t5_cfg is not None and "t5_target" in shapes:
+  if decoder_cfg is not None and "t5_target" in shapes:
     rows, tokens = shapes["t5_target"][0]
-    total += rows * (decoder_forward(t5_cfg, tokens) + decoder_input_gradient(t5_cfg, tokens))
+    total += rows * (decoder_forward(decoder_cfg, tokens) + decoder_input_gradient(decoder_cfg, tokens))
   return float(total)

@@ -477,7 +477,7 @@ def test_a_workdir_is_one_run(tmp_path):
   assert _files(tmp_path / "checkpoints") == kept
   os.remove(tmp_path /
             "run.json")  # checkpoints without a run record: from before the record (and the [out, in] layout)
-  with pytest.raises(runinfo.RunMismatch, match=r"no run.json.*older than 2026-12-01.*cannot be continued"):
+  with pytest.raises(runinfo.RunMismatch, match=r"no run.json.*older than commit 25e1078.*cannot be continued"):
     train.run(_cfg("clip", **{"total_steps": 3}), w)
   assert _files(tmp_path / "checkpoints") == kept
 
