@@ -25,7 +25,7 @@ def get_config(arg: str = ""):
   # rematerialised
   c.model.compute_dtype = "bfloat16"
   c.model.frozen_dtype = "bfloat16"
-  c.model.attention = "auto"  # jax.nn.dot_product_attention: XLA's on a TPU (less memory traffic), cuDNN's on a GPU
+  c.model.attention = "auto"  # the fused Pallas kernel on a TPU (scores stay on chip), cuDNN on a GPU, XLA elsewhere
   c.model.remat_text = True
 
   # Data, batch and steps: CLIC's (METHODS §1.1, §1.4)

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn import dtypes as nnx_dtypes
 
+from compclip_jax.models import fused_attention
+
 
 def _out_in(value):
   """A kernel drawn as [in, out] → [out, in] (shape-only structs too)."""
@@ -110,10 +112,12 @@ def inits(rngs, *names: str, **given) -> dict:
 
 
 # `attention` knob (model.attention): "explicit" is the formulation the parity tests pin (einsum, fp32 softmax, mask by
-# jnp.where); the others call `jax.nn.dot_product_attention`, whose XLA path computes the same thing (fp32 logits and
-# softmax) and whose cuDNN path is a fused flash-attention kernel (GPU, bf16/fp16 only). "auto": cuDNN where it
-# applies, XLA otherwise.
-ATTENTION = ("explicit", "xla", "cudnn", "auto")
+# jnp.where); "xla" and "cudnn" call `jax.nn.dot_product_attention`, whose XLA path computes the same thing (fp32 logits
+# and softmax) and whose cuDNN path is a fused flash-attention kernel (GPU, bf16/fp16 only); "pallas" is
+# models/fused_attention.py's TPU kernel for CLIP's and SigLIP's towers (XLA's attention elsewhere: other platforms,
+# T5's biased attention, head sizes it does not take, programs traced without a mesh). "auto": cuDNN on a GPU, the
+# Pallas kernel on a TPU, XLA otherwise.
+ATTENTION = ("explicit", "xla", "cudnn", "pallas", "auto")
 # `remat_policy` knob (model.remat_policy), used when a tower is rematerialised, in order of the memory it keeps
 # (XLA:TPU's buffer assignment, tests/cli/test_compile.py; docs/tpu.md): "full" saves nothing of a block (one extra
 # forward per block in the backward pass); "dots_no_batch" keeps the outputs of the weight matmuls (q/k/v, out,
@@ -142,7 +146,28 @@ def attention_implementation(name: str, dtype) -> str | None:
   if name == "auto":
     fused_ok = jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
     return "cudnn" if fused_ok else "xla"
-  return name
+  return "xla" if name == "pallas" else name
+
+
+def _fused_or_xla(q, k, v, causal: bool, other: str):
+  """q, k, v [B, L, H, D] → [B, L, H, D]: the Pallas kernel where the program is lowered for a TPU, under the mesh
+  its step was traced with (each device attends its own sequences: `jax.shard_map` over the batch, split over every
+  mesh axis as sharding.BATCH splits it); `jax.nn.dot_product_attention`'s `other` implementation when lowered for
+  another platform."""
+  b, l, h, d = q.shape
+  xla = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=other)
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or b % mesh.size:  # no mesh to split the batch over (an evaluation encoder): XLA's attention
+    return xla(q, k, v)
+  batch = jax.sharding.PartitionSpec(tuple(mesh.axis_names))
+
+  def tpu(q, k, v):
+    flat = lambda t: t.reshape(b, l, h * d)  # the projections' own layout: a free reshape
+    run = functools.partial(fused_attention.fused_attention, heads=h, causal=causal)
+    out = jax.shard_map(run, mesh=mesh, in_specs=(batch,) * 3, out_specs=batch, check_vma=False)(*map(flat, (q, k, v)))
+    return out.reshape(b, l, h, d)
+
+  return jax.lax.platform_dependent(q, k, v, tpu=tpu, default=xla)
 
 
 def remat_policy_fn(name: str):
@@ -165,6 +190,8 @@ class Attention(nnx.Module):
   def __init__(self, width: int, heads: int, dt: DTypes, *, rngs: nnx.Rngs, attention: str = "explicit"):
     self.heads = heads
     self.implementation = attention_implementation(attention, dt.compute)
+    # the Pallas kernel, picked at lowering: "pallas", or "auto" when the program is lowered for a TPU
+    self.fused = attention in ("pallas", "auto") and fused_attention.supported(width, heads)
     lin = lambda: Linear(width, width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
                          **inits(rngs, "kernel_init", "bias_init"))
     self.q_proj, self.k_proj, self.v_proj, self.out_proj = lin(), lin(), lin(), lin()
@@ -180,6 +207,8 @@ class Attention(nnx.Module):
       keep = (jnp.arange(l)[None, :] <= rows[:, None]) if causal else jnp.ones((b, l), bool)  # [B, L]
       return self.out_proj(self._explicit(q, k, v, keep[:, None, None, :]).reshape(b, w))
     q = split(self.q_proj(x))
+    if self.fused:
+      return self.out_proj(_fused_or_xla(q, k, v, causal, self.implementation).reshape(b, l, w))
     if self.implementation is not None:  # [B, L, H, D] is dot_product_attention's layout: no transposes needed
       out = jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=self.implementation)
       return self.out_proj(out.reshape(b, l, w))

@@ -195,7 +195,8 @@ def jit_steps(c: ml_collections.ConfigDict, method: Method, model: Model, st: St
   out = {}
   for k in method.step_kinds(c):
     norm = k.normalization(k.options(c, size), model.preprocess_mean, model.preprocess_std)
-    step = steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, k.loss_options(c), c.optim.clamp_logit_scale)
+    step = steps.under_mesh(
+        steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, k.loss_options(c), c.optim.clamp_logit_scale), mesh)
     out[k.name] = jax.jit(step, in_shardings=(st.state_sh, st.frozen_sh, batch_sh), out_shardings=(st.state_sh, None),
                           donate_argnums=(0,))
   return out

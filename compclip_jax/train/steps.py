@@ -51,6 +51,16 @@ def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransfor
   return step
 
 
+def under_mesh(step: Callable, mesh) -> Callable:
+  """`step` traced with `mesh` as the abstract mesh, so the model can place per-device work (the Pallas attention's
+  `jax.shard_map` over the batch, models/layers.py) without being handed the mesh."""
+  def traced(*args):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return step(*args)
+
+  return traced
+
+
 def compiled_flops(compiled) -> float | None:
   """XLA's FLOPs of one call of a compiled step (per device under SPMD), or None where XLA gives none."""
   cost = compiled.cost_analysis()
