@@ -92,7 +92,7 @@ def group(key: str) -> str:
     return "layout copies"
   if op == "slice-start":
     return "weights into on-chip memory"
-  if re.search(r"bqhd|bhqk|bkhd|BTNH|BNTS|softmax|dot_product_attention|reduce_max", what):
+  if re.search(r"bqhd|bhqk|bkhd|BTNH|BNTS|softmax|dot_product_attention|reduce_max|pallas_call", what):
     return GROUPS[0]
   if "rematted_computation" in what:
     return "rematerialised forward"

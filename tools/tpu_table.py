@@ -26,16 +26,18 @@ T5L = ("--config.read.t5.random=True", "--config.read.t5.random_d_model=1024", "
        "--config.read.t5.random_vocab=32128")
 
 # the speed table's settings, in order: each a name and the flags it adds to the recipe (bf16 mixed precision,
-# attention "auto": XLA's dot_product_attention on a TPU); the first is fp32 with the explicit attention
+# attention "auto": the fused Pallas kernel on a TPU); the first is fp32 with the explicit attention
 FP32 = ("--config.model.compute_dtype=float32",)
+XLA = ("--config.model.attention=xla",)
 EXPLICIT = ("--config.model.attention=explicit",)
 SPEED_KNOBS = {
     "clic": {
-        "fp32": FP32 + EXPLICIT, "bf16_explicit": EXPLICIT, "bf16": (),
-        "bf16_no_remat": ("--config.model.remat_text=False",)
+        "fp32": FP32 + EXPLICIT, "bf16_explicit": EXPLICIT, "bf16_xla": XLA, "bf16": (),
+        "bf16_no_remat": ("--config.model.remat_text=False",),
+        "bf16_dots_no_batch": ("--config.model.remat_policy=dots_no_batch",)
     },
-    "read": {"fp32": FP32 + EXPLICIT, "bf16": ()},
-    "negclip": {"bf16": ()},  # its fp32 step is the grid's negclip_b32_v5e-8
+    "read": {"fp32": FP32 + EXPLICIT, "bf16_xla": XLA, "bf16": ()},
+    "negclip": {"bf16_xla": XLA, "bf16": ()},  # its fp32 step is the grid's negclip_b32_v5e-8
 }
 
 # case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table:
@@ -43,23 +45,23 @@ SPEED_KNOBS = {
 # ViT-L/14 (CLIC's larger model; READ's paper trains B/32 only, so its L/14 rows are what one would need).
 SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16")
 MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}
-# The paper grid is compiled at fp32 compute, and a v4 as one device per TensorCore (the speed table has the recipes'
-# bf16; the compile command's default v4 is megacore)
+# The paper grid is compiled at fp32 compute with XLA's attention, and a v4 as one device per TensorCore (the speed
+# table has the recipes' bf16 and fused attention; the compile command's default v4 is megacore)
 V4_CORES = ("--chip_config=default",)
 CASES = {
     **{f"{m}_{size}_{t}": ("paper", m, model, t, 1,
-                           flags + (T5L if "read" in m else ()) + FP32 + (V4_CORES if t.startswith("v4") else ()))
+                           flags + (T5L if "read" in m else ()) + FP32 + XLA + (V4_CORES if t.startswith("v4") else ()))
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
-    "pod_clic_b32_v5e-16": ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + ("--config.batch_size=1600", "--only=clic")),
+    "pod_clic_b32_v5e-16": ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + XLA + ("--config.batch_size=1600", "--only=clic")),
     "pod_clic_b32_v5e-256":
-        ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + ("--config.batch_size=25600", "--only=clic")),
+        ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + XLA + ("--config.batch_size=25600", "--only=clic")),
     "pod_clic_b32_2xv5e-256":
-        ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + ("--config.batch_size=51200", "--only=clic")),
+        ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + XLA + ("--config.batch_size=51200", "--only=clic")),
     # knobs: a grid row that keeps no 10 % margin as it ships, with the switch that buys it (docs/tpu.md)
     # (with scan_layers: the unrolled remat program's compile took more than this host's 24 GB and was killed)
-    "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + (
+    "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + XLA + (
         "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read")),
     # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
     # CLIC and NegCLIP ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
@@ -83,10 +85,14 @@ def command(case: str) -> list[str]:
 
 def recorded_command(case: str, r: dict) -> str:
   """The command a case's file records: `command(case)`, less the flags that were the compile command's defaults
-  when a file that does not record its `compute_dtype` was written (fp32 compute, v4 one device per core)."""
+  when a file that does not record its `compute_dtype` was written (fp32 compute, v4 one device per core), and less
+  `model.attention=xla` where a grid file does not record its `attention` (the recipes' "auto" compiled XLA's
+  attention on a TPU then; the speed cases' commands name theirs)."""
   argv = command(case)[1:]
   if "compute_dtype" not in r:
     argv = [a for a in argv if a not in FP32 + V4_CORES]
+  if "attention" not in r and CASES[case][0] != "speed":
+    argv = [a for a in argv if a not in XLA]
   return "python " + " ".join(argv)
 
 

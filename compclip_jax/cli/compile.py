@@ -164,7 +164,7 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
   out = {
       "topology": topology, "chips": chips * num_slices, "devices": len(devices), "num_slices": num_slices,
       "cores_per_device": getattr(devices[0], "num_cores", None) or 1, "method": c.method, "global_batch": c.batch_size,
-      "text_len": text_len or "full", "compute_dtype": c.model.compute_dtype,
+      "text_len": text_len or "full", "compute_dtype": c.model.compute_dtype, "attention": c.model.attention,
       "steps": {r["step"]: r["json"] for r in rows}
   }
   if find:

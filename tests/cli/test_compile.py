@@ -178,6 +178,7 @@ def test_the_command_prints_a_row_per_step_and_writes_json(tmp_path):
   assert len(rows) == 2 and all("| yes (" in r for r in rows), out.stdout
   got = json.loads((tmp_path / "c.json").read_text())
   assert got["topology"] == "v5e:2x2" and got["chips"] == 4
+  assert (got["compute_dtype"], got["attention"]) == ("float32", "explicit")  # what :runlocal compiles
   assert set(got["steps"]) == {"clic_clip", "eval_text"}
   for s in got["steps"].values():
     assert s["fits"] and 0 < s["hbm_bytes_per_chip"] < s["hbm_capacity_bytes"] and s["flops_per_chip"] > 0
