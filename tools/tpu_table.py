@@ -54,7 +54,8 @@ CASES = {
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
-    "pod_clic_b32_v5e-16": ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + XLA + ("--config.batch_size=1600", "--only=clic")),
+    "pod_clic_b32_v5e-16":
+        ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + XLA + ("--config.batch_size=1600", "--only=clic")),
     "pod_clic_b32_v5e-256":
         ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + XLA + ("--config.batch_size=25600", "--only=clic")),
     "pod_clic_b32_2xv5e-256":

@@ -102,8 +102,8 @@ def _backward_kernel(q_ref, k_ref, v_ref, do_ref, dq_ref, dk_ref, dv_ref, *, hea
         dv = jnp.where(mask, jax.lax.dot_general(p.astype(dog.dtype), dog, tn, preferred_element_type=jnp.float32), dv)
         dq = jnp.where(mask, jnp.dot(ds, kg, preferred_element_type=jnp.float32), dq)
         dk = jnp.where(mask, jax.lax.dot_general(ds, qg, tn, preferred_element_type=jnp.float32), dk)
-      dq_ref[b, :, lanes], dk_ref[b, :, lanes], dv_ref[b, :, lanes] = (
-          dq.astype(dq_ref.dtype), dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype))
+      dq_ref[b, :, lanes], dk_ref[b, :, lanes], dv_ref[b, :, lanes] = (dq.astype(dq_ref.dtype), dk.astype(dk_ref.dtype),
+                                                                       dv.astype(dv_ref.dtype))
     return carry
 
   jax.lax.fori_loop(0, block, sequence, 0)
@@ -123,11 +123,10 @@ def _call(kernel, inputs, outputs: int, heads: int, causal: bool, interpret: boo
   if not interpret:
     from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
     compiler_params = pltpu.CompilerParams(dimension_semantics=("parallel",))
-  out = pl.pallas_call(
-      functools.partial(kernel, heads=heads, causal=causal, scale=1.0 / math.sqrt(width // heads)),
-      out_shape=[shape] * outputs, grid=(batch // block,), in_specs=[spec] * len(inputs),
-      out_specs=[spec] * outputs, compiler_params=compiler_params, cost_estimate=cost, interpret=interpret,
-      name=kernel.__name__.strip("_"))(*inputs)
+  out = pl.pallas_call(functools.partial(kernel, heads=heads, causal=causal, scale=1.0 / math.sqrt(width // heads)),
+                       out_shape=[shape] * outputs, grid=(batch // block,), in_specs=[spec] * len(inputs),
+                       out_specs=[spec] * outputs, compiler_params=compiler_params, cost_estimate=cost,
+                       interpret=interpret, name=kernel.__name__.strip("_"))(*inputs)
   return out
 
 
@@ -143,8 +142,8 @@ def _fwd(q, k, v, heads, causal, interpret):
 
 
 def _bwd(heads, causal, interpret, residuals, do):
-  return tuple(_call(_backward_kernel, (*residuals, do.astype(residuals[0].dtype)), 3, heads, causal, interpret,
-                     passes=5))
+  return tuple(
+      _call(_backward_kernel, (*residuals, do.astype(residuals[0].dtype)), 3, heads, causal, interpret, passes=5))
 
 
 fused_attention.defvjp(_fwd, _bwd)

@@ -344,8 +344,8 @@ def _attention_grad(attention: str):
   from jax.sharding import Mesh, NamedSharding, PartitionSpec
   from compclip_jax.models.layers import Attention, DTypes
   mesh = Mesh(np.array(tpu.compile_only_devices("v5e:2x2")), ("data",))
-  layer = nnx.eval_shape(lambda: Attention(256, 4, DTypes(jnp.bfloat16, jnp.float32), rngs=nnx.Rngs(0),
-                                           attention=attention))
+  layer = nnx.eval_shape(
+      lambda: Attention(256, 4, DTypes(jnp.bfloat16, jnp.float32), rngs=nnx.Rngs(0), attention=attention))
   gd, params = nnx.split(layer)
   replicated = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, PartitionSpec()))
 

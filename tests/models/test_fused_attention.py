@@ -19,11 +19,13 @@ def _explicit(q, k, v, heads, causal):
   return Attention._explicit(split(q), split(k), split(v), keep).reshape(b, l, w)
 
 
-@pytest.mark.parametrize("length,width,heads,causal,dtype", [
-    (77, 256, 4, True, jnp.float32),  # CLIP's text: 77 tokens, causal, heads of 64 lanes (two per 128-lane group)
-    (50, 128, 4, False, jnp.float32),  # a ViT-B/32's 50 tokens, heads of 32 lanes (four per group)
-    (77, 256, 4, True, jnp.bfloat16),  # the recipes' precision: bf16 operands, fp32 scores and softmax
-])
+@pytest.mark.parametrize(
+    "length,width,heads,causal,dtype",
+    [
+        (77, 256, 4, True, jnp.float32),  # CLIP's text: 77 tokens, causal, heads of 64 lanes (two per 128-lane group)
+        (50, 128, 4, False, jnp.float32),  # a ViT-B/32's 50 tokens, heads of 32 lanes (four per group)
+        (77, 256, 4, True, jnp.bfloat16),  # the recipes' precision: bf16 operands, fp32 scores and softmax
+    ])
 def test_the_kernel_and_its_gradients_equal_the_explicit_attention(length, width, heads, causal, dtype):
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   q, k, v, do = (jax.random.normal(key, (3, length, width), dtype) for key in keys)
@@ -45,7 +47,8 @@ def test_what_the_kernel_takes_and_its_blocks():
   assert not fa.supported(1152, 16)  # SigLIP so400m: heads of 72 lanes straddle the 128-lane groups
   assert not fa.supported(96, 3)  # W not a whole number of lane groups
   # the largest divisor of the batch whose [block, L, W] block fits a MiB: 500 texts of 77 × 512 bf16 → 10 (770 KiB)
-  assert fa.block_size(500, 77, 512, 2) == 10 and fa.block_size(7, 77, 512, 2) == 7 and fa.block_size(3, 77, 8192, 4) == 1
+  assert fa.block_size(500, 77, 512, 2) == 10 and fa.block_size(7, 77, 512, 2) == 7
+  assert fa.block_size(3, 77, 8192, 4) == 1
 
 
 def test_a_pallas_tower_lowers_to_xlas_attention_off_a_tpu():
