@@ -605,7 +605,17 @@ def _precision() -> str:
 @block("docs/tpu.md", "clic_traffic")
 def _clic_traffic() -> str:
   """The recipe's CLIC step's HBM traffic by group (docs/measured/tpu_clic_traffic.json, tools/hlo_traffic.py)."""
-  f = figures("tpu_clic_traffic")
+  return _traffic(figures("tpu_clic_traffic"))
+
+
+@block("docs/tpu.md", "read_traffic")
+def _read_traffic() -> str:
+  """The recipe's READ step's HBM traffic by group (docs/measured/tpu_read_traffic.json, tools/hlo_traffic.py)."""
+  return _traffic(figures("tpu_read_traffic"))
+
+
+def _traffic(f: dict) -> str:
+  """A step's traffic figures (tools/hlo_traffic.py's record) as a table: each group's GB and share, their sum."""
   rows = [[g, f"{b:.1f}", f"{100 * b / f['total_gb']:.0f} %"] for g, b in f["groups_gb"].items() if b >= 0.05]
   rows.append(["sum (the compiler's own figure)", f"{f['total_gb']:.1f} ({f['compiler_gb']:.1f})", "100 %"])
   return _table(["what the instructions compute", "GB per device per step", "share"], rows)

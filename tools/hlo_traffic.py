@@ -27,6 +27,7 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, 
 _SHAPE = re.compile(r"\b(pred|s8|u8|s16|u16|s32|u32|s64|u64|bf16|f16|f32|f64)\[([\d,]*)\]")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s+([a-z][\w\-]*)\((.*)$")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _SKIP = ("parameter", "constant", "get-tuple-element", "tuple", "bitcast", "copy-done", "slice-done", "all-gather-done",
          "all-reduce-done", "collective-permute-done", "async-done", "opt-barrier", "partition-id", "replica-id")
 
@@ -73,7 +74,8 @@ def traffic(hlo: str) -> collections.Counter:
     else:
       nbytes = sizes[name] + sum(sizes.get(o, 0) for o in operands)
     where = _OP_NAME.search(line)
-    out[f"{op}: {_where(where.group(1)) if where else '?'}"] += nbytes
+    target = _TARGET.search(line) if op == "custom-call" else None
+    out[f"{op}: {_where(where.group(1)) if where else (target.group(1) if target else '?')}"] += nbytes
   return out
 
 
@@ -90,7 +92,7 @@ def group(key: str) -> str:
     return "collectives"
   if op.startswith("copy"):
     return "layout copies"
-  if op == "slice-start":
+  if op == "slice-start" or what == "ConcatBitcast":  # a weight's slices brought on chip, and joined there
     return "weights into on-chip memory"
   if re.search(r"bqhd|bhqk|bkhd|BTNH|BNTS|softmax|dot_product_attention|reduce_max|pallas_call", what):
     return GROUPS[0]

@@ -33,3 +33,16 @@ def test_bytes_of_top_level_instructions_by_what_they_compute():
   t = hlo_traffic.traffic(HLO)
   dot = 2 * 2 * (4 * 8 + 8 * 16 + 4 * 16)  # two fusions: both operands read, the result written; 2 bytes each
   assert t == {"fusion: text_model/layers/*/mlp/dot_general": dot, "convert: convert_element_type": 2 * 64 + 4 * 64}
+
+
+def test_a_weight_brought_on_chip_and_the_kernels_are_grouped_by_what_they_are():
+  """A custom call without an op_name is named by its target: libtpu's ConcatBitcast (a weight's slices joined on
+  chip) counts as weights into on-chip memory, not as the optimiser; the Pallas attention kernel (a pallas_call in
+  its op_name) as attention."""
+  line = ('  %custom-call.3 = f32[8,128]{1,0} custom-call(%slice-done.1, %slice-done.2), '
+          'custom_call_target="ConcatBitcast"')
+  t = hlo_traffic.traffic("ENTRY %main () -> f32[8,128] {\n" + line + "\n}\n")
+  assert t == {"custom-call: ConcatBitcast": 8 * 128 * 4}
+  assert hlo_traffic.group("custom-call: ConcatBitcast") == "weights into on-chip memory"
+  kernel = "custom-call: transpose(jvp())/checkpoint/cond/branch_0_fun/shard_map/backward_kernel/pallas_call"
+  assert hlo_traffic.group(kernel) == hlo_traffic.GROUPS[0]
