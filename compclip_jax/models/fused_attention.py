@@ -3,7 +3,7 @@ kernel: every score stays in on-chip memory.
 
 XLA's attention on a TPU writes the [B, H, L, L] scores and probabilities to HBM and reads them back (forward,
 rematerialised forward, backward), and moves q/k/v between the [B, L, H, D] layout of the projections and the
-head-major one its matmuls want; on CLIC's step those are a third of the memory traffic (docs/tpu.md). Here a grid
+head-major one its matmuls want (docs/tpu.md measures both on CLIC's step, with and without this kernel). Here a grid
 step holds `block` whole sequences in VMEM in the projections' own [B, L, W] layout (W = H·D) and computes each head
 from a 128-lane group of it: a head of D < 128 lanes is picked out of its group by zeroing the group's other lanes,
 so every load and store is lane-aligned and no transpose is needed, at the price of a 128-deep contraction for a
