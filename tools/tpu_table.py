@@ -40,6 +40,7 @@ SPEED_KNOBS = {
         "fp32": FP32 + EXPLICIT, "bf16_xla": XLA, "bf16": (), "bf16_no_remat": ("--config.model.remat_text=False",)
     },
     "negclip": {"bf16_xla": XLA, "bf16": ()},  # its fp32 step is the grid's negclip_b32_v5e-8
+    "clic_read": {"bf16": ()},  # its fp32 step is the grid's clic_read_b32_v5e-8
 }
 
 # case → (table, method, model, topology, slices, extra flags); every config as it ships otherwise. The paper table:
@@ -67,13 +68,16 @@ CASES = {
     "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + XLA + (
         "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read")),
     # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
-    # CLIC and NegCLIP ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
+    # CLIC, NegCLIP and clic_read ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
     **{f"speed_clic_b32_v5e-8_{name}": ("speed", "clic", "ViT-B/32", "v5e-8", 1, B32 + ("--only=clic", *flags))
        for name, flags in SPEED_KNOBS["clic"].items()},
     **{f"speed_read_b32_v5e-8_{name}": ("speed", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=read", *flags))
        for name, flags in SPEED_KNOBS["read"].items()},
     **{f"speed_negclip_b32_v5e-8_{name}": ("speed", "negclip", "ViT-B/32", "v5e-8", 1, B32 + ("--only=negclip", *flags))
        for name, flags in SPEED_KNOBS["negclip"].items()},
+    **{f"speed_clic_read_b32_v5e-8_{name}":
+           ("speed", "clic_read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=clic_read", *flags))
+       for name, flags in SPEED_KNOBS["clic_read"].items()},
 }
 
 
