@@ -93,12 +93,12 @@ def command(case: str) -> list[str]:
 def recorded_command(case: str, r: dict) -> str:
   """The command a case's file records: `command(case)`, less the flags that were the compile command's defaults
   when a file that does not record its `compute_dtype` was written (fp32 compute, v4 one device per core), and less
-  `model.attention=xla` where a grid file does not record its `attention` (the recipes' "auto" compiled XLA's
-  attention on a TPU then; the speed cases' commands name theirs)."""
+  `model.attention=xla` where a file does not record its `attention` (written before the fused kernel, when the
+  recipes' "auto" compiled XLA's attention on a TPU)."""
   argv = command(case)[1:]
   if "compute_dtype" not in r:
     argv = [a for a in argv if a not in FP32 + V4_CORES]
-  if "attention" not in r and CASES[case][0] != "speed":
+  if "attention" not in r:
     argv = [a for a in argv if a not in XLA]
   return "python " + " ".join(argv)
 

@@ -123,11 +123,10 @@ def _call(kernel, inputs, outputs: int, heads: int, causal: bool, interpret: boo
   if not interpret:
     from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
     compiler_params = pltpu.CompilerParams(dimension_semantics=("parallel",))
-  out = pl.pallas_call(functools.partial(kernel, heads=heads, causal=causal, scale=1.0 / math.sqrt(width // heads)),
-                       out_shape=[shape] * outputs, grid=(batch // block,), in_specs=[spec] * len(inputs),
-                       out_specs=[spec] * outputs, compiler_params=compiler_params, cost_estimate=cost,
-                       interpret=interpret, name=kernel.__name__.strip("_"))(*inputs)
-  return out
+  return pl.pallas_call(functools.partial(kernel, heads=heads, causal=causal, scale=1.0 / math.sqrt(width // heads)),
+                        out_shape=[shape] * outputs, grid=(batch // block,), in_specs=[spec] * len(inputs),
+                        out_specs=[spec] * outputs, compiler_params=compiler_params, cost_estimate=cost,
+                        interpret=interpret, name=kernel.__name__.strip("_"))(*inputs)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
