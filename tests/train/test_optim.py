@@ -163,7 +163,11 @@ def test_clamp_logit_scale_clips_the_parameter_after_the_update_only_when_asked(
   out = {}
   for on in (False, True):
     c = clip_config_file.get_config("runlocal")
-    c.optim.schedule, c.optim.lr, c.optim.weight_decay = "constant", 100.0, 0.0  # Adam's first step moves each by lr
+    c.optim.schedule, c.optim.lr, c.optim.weight_decay = "constant", 100.0, 0.0
+    # Adam's first step is lr·g/(|g| + ε): ε = 1 keeps a gradient that is rounding noise (k_proj's bias: softmax
+    # ignores it) a step of noise size, which two differently fused programs may round differently; with the
+    # default ε, Adam turns that noise into ±lr
+    c.optim.eps = 1.0
     c.optim.clamp_logit_scale = on
     method = methods.get(c.method)
     model = state.build_model(c, method)
@@ -177,9 +181,11 @@ def test_clamp_logit_scale_clips_the_parameter_after_the_update_only_when_asked(
                            c.optim.clamp_logit_scale)
     new, _ = jax.jit(step)(st.state, st.frozen, batch)
     out[on] = {params.tree_path_str(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(new.trainable)}
-  assert abs(out[False]["logit_scale"]) > 50  # moved by ~lr: far outside [0, ln 100]
+  assert abs(out[False]["logit_scale"]) > 10  # far outside [0, ln 100]
   assert 0.0 <= out[True]["logit_scale"] <= math.log(100) and out[True]["logit_scale"] in (0.0, np.float32(
       math.log(100)))
+  # every other parameter as without the clamp, up to the gradient's rounding in two programs XLA fuses differently
+  # (~1e-6 of it, times lr = 100); a clamp reaching them would move them into [0, ln 100]
   for k in out[False]:
     if k != "logit_scale":
-      np.testing.assert_array_equal(out[True][k], out[False][k], err_msg=k)
+      np.testing.assert_allclose(out[True][k], out[False][k], rtol=0, atol=1e-5 * 100.0, err_msg=k)

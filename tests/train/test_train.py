@@ -348,7 +348,7 @@ def test_two_processes_match_one(tmp_path, clic4):
   import portpicker
   port = portpicker.pick_unused_port()
   env = {
-      "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+      "XLA_FLAGS": paths.xla_flags(4), "JAX_PLATFORMS": "cpu",
       "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"
   }
   steps = CLIC4["total_steps"]

@@ -183,8 +183,7 @@ def compare(workdir: str, tmp: str) -> dict:
 def run_ours_on_one_device(workdir: str, prelude: str = "") -> float:
   """`run_ours` in a subprocess on one CPU device (the conftest's 8 cannot shard the reference's partial batches of
   6), after `prelude` (Python, e.g. a patch of this module's `config`). → seconds."""
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
-             JAX_PLATFORMS="cpu")
+  env = dict(os.environ, XLA_FLAGS=paths.xla_flags(1), JAX_PLATFORMS="cpu")
   code = f"import sys\nimport tests.train.test_trajectory_read as T\n{prelude}\nT.run_ours(sys.argv[1])"
   start = time.time()
   done = subprocess.run([sys.executable, "-c", code, workdir], cwd=paths.ROOT, env=env, capture_output=True, text=True,
