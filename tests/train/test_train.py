@@ -347,10 +347,7 @@ def test_two_processes_match_one(tmp_path, clic4):
   """jax.distributed on 127.0.0.1: 2 processes × 4 CPU devices train 4 steps like 1 process × 8 devices (clic4)."""
   import portpicker
   port = portpicker.pick_unused_port()
-  env = {
-      "XLA_FLAGS": paths.xla_flags(4), "JAX_PLATFORMS": "cpu",
-      "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"
-  }
+  env = {"XLA_FLAGS": paths.xla_flags(4), "JAX_PLATFORMS": "cpu", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
   steps = CLIC4["total_steps"]
   procs = [
       _main(tmp_path / "two", f"--config.total_steps={steps}",
