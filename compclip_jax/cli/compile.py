@@ -177,9 +177,13 @@ def notebook_check(c, topology: str) -> bool | None:
   """The notebooks' fit check before they train: on a TPU runtime, `c`'s training steps compiled for its own TPU;
   elsewhere, where libtpu is installed, for `topology` (the Colab TPU it is meant for, e.g. v5e-1); else one line
   saying how. (The evaluation encoders, a fraction of a step, are left to the command.) Raises UserError when a
-  step does not fit; returns whether it was checked."""
+  step does not fit; returns whether it was checked. An empty `topology` (the notebooks' COLAB_TPU = "") checks on a
+  TPU runtime only."""
   import jax  # pylint: disable=import-outside-toplevel
   on_tpu = jax.default_backend() == "tpu"
+  if not on_tpu and not topology:
+    print("fit check skipped: no TPU here and COLAB_TPU is empty")
+    return False
   if not on_tpu and importlib.util.find_spec("libtpu") is None:
     print(f"fit check for {topology} skipped: no TPU here and no TPU compiler ({tpu.INSTALL})")
     return False

@@ -62,14 +62,14 @@ def run(c, workdir: str, name: str = "", opts: DemoOptions = DemoOptions(), allo
   The report draws the run of its control (`CONTROL_OF`) beside it when `<workdir>/<control>` holds one. `allow`:
   train.run's allow_config_change (a rerun in the same workdir with changed values). `c` is validated first."""
   name = name or c.method
-  train.validate(on_world(c, workdir))  # a mistake is refused before the world, the starting point, a stage line
-  clip, t5 = starting_point(c, workdir, opts)
   f = on_world(c, workdir)
+  train.validate(f)  # a mistake is refused before the world, the starting point, a stage line
+  _say_world(f, workdir)  # before the starting point: from scratch, its pretraining writes the world
+  clip, t5 = starting_point(c, workdir, opts)
   f.model.random, f.model.init = "", clip
   if methods.get(c.method).extend_model is not None:
     f.read.t5.init, f.read.t5.random = t5, False
   run_dir = os.path.join(workdir, name)
-  _say_world(f, workdir)
   say(f"fine-tuning {name} ({f.total_steps} steps of batch {f.batch_size}) in {run_dir}")
   train.run(f, run_dir, allow)
   return report(run_dir, workdir, name)

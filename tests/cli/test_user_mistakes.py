@@ -160,27 +160,3 @@ def test_the_report_shows_the_method_beside_its_control():
   assert text[3] == "| retrieval text R@1 | 80.0 | 85.0 | +5.0 | 90.0 | +10.0 | -5.0 |"
   alone = tables.report_table("clic", table).splitlines()
   assert alone[0].endswith("| before | after | Δ |") and alone[2] == "| SugarCrepe swap (mean) | 60.0 | 70.0 | +10.0 |"
-
-
-DEMO = [
-    "--method=negclip", "--no_control", "--config.data.synthetic_size=24", "--config.evals.synthetic_size=12",
-    "--config.batch_size=8", "--config.total_steps=2", "--config.evals.every_steps=0", "--config.log_every=1",
-    "--config.checkpoint.every_steps=2"
-]
-
-
-@pytest.mark.slow
-def test_the_demo_says_what_it_does_and_its_suggestion_works(tmp_path):
-  """Stage lines and report paths; a rerun with another value is refused with a flag the demo takes, and that flag
-  continues the run."""
-  w = tmp_path / "w"
-  out = _run("demo", f"--workdir={w}", *DEMO)
-  assert out.returncode == 0, out.stderr[-3000:]
-  for says in (f"demo: writing the synthetic world (24 training scenes, 12 held-out benchmark scenes) into {w}/world",
-               f"demo: fine-tuning negclip (2 steps of batch 8) in {w}/negclip",
-               f"demo: negclip's run: {w}/negclip; its report: {w}/report_negclip.md, {w}/report_negclip.png"):
-    assert says in out.stdout, out.stdout[-3000:]
-  again = _run("demo", f"--workdir={w}", *DEMO, "--config.optim.lr=3e-4")
-  assert again.returncode == 2 and "rerun with --allow_config_change=optim.lr" in again.stderr, again.stderr[-3000:]
-  allowed = _run("demo", f"--workdir={w}", *DEMO, "--config.optim.lr=3e-4", "--allow_config_change=optim.lr")
-  assert allowed.returncode == 0 and "continuing with a changed optim.lr" in allowed.stderr, allowed.stderr[-3000:]

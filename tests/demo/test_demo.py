@@ -24,12 +24,19 @@ TINY = [
 
 @pytest.mark.slow
 def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
+  """The stages, their lines and report paths; a rerun with another value is refused with a flag the demo takes, and
+  that flag continues the run."""
   # --no_control: the control-first order is the Colab demo notebook's test (tests/cli/test_colab.py); one run less here
-  out = subprocess.run([
-      sys.executable, "-m", "compclip_jax.demo", "--method=clic", "--no_control", f"--workdir={tmp_path}", *TINY
+  demo_cli = lambda *extra: subprocess.run([
+      sys.executable, "-m", "compclip_jax.demo", "--method=clic", "--no_control", f"--workdir={tmp_path}", *TINY, *extra
   ], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+  out = demo_cli()
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "| clic on the synthetic world" in out.stdout and (tmp_path / "report_clic.md").exists()
+  for says in (f"demo: writing the synthetic world (24 training scenes, 12 held-out benchmark scenes) into {tmp_path}/"
+               "world", f"demo: fine-tuning clic (2 steps of batch 8) in {tmp_path}/clic",
+               f"demo: clic's run: {tmp_path}/clic; its report: {tmp_path}/report_clic.md, {tmp_path}/report_clic.png"):
+    assert says in out.stdout, out.stdout[-3000:]
   assert (tmp_path / "report_clic.png").stat().st_size > 10_000
   pretrained = tmp_path / "pretrained"
   for stage in ("collages", "binding", "text"):
@@ -46,6 +53,10 @@ def test_demo_entry_point_runs_one_method_on_a_tiny_world(tmp_path):
   assert ran["data"]["source"] == "synthetic" and ran["data"]["path"] == str(tmp_path / "world")
   assert ran["model"]["init"] == str(pretrained / "text" / "export" / "hf") and ran["total_steps"] == 2
   assert not (tmp_path / "clip").exists()  # no control was asked for
+  again = demo_cli("--config.optim.lr=3e-4")
+  assert again.returncode == 2 and "rerun with --allow_config_change=optim.lr" in again.stderr, again.stderr[-3000:]
+  allowed = demo_cli("--config.optim.lr=3e-4", "--allow_config_change=optim.lr")
+  assert allowed.returncode == 0 and "continuing with a changed optim.lr" in allowed.stderr, allowed.stderr[-3000:]
 
 
 @pytest.mark.slow
