@@ -190,12 +190,13 @@ def test_remat_policies_give_the_same_gradients(policy):
   def grads(model):
     gd, params, rest = nnx.split(model, nnx.Param, ...)
     loss = lambda p: jnp.sum(nnx.merge(gd, p, rest).encode_text(ids, normalize=True) * w)
-    return jax.grad(loss)(params)
+    return jax.jit(jax.grad(loss))(params)  # one program, as the trainer runs it (not ~150 eager ops)
 
   g_ref, g = grads(ref), grads(remat)
   assert remat.text_model.encoder.remat == (policy != "none")
-  for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g)):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g)):  # two programs, fused differently: fp32 rounding
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(b, a, atol=1e-6 * max(1.0, np.abs(a).max()), rtol=1e-5)
 
 
 def test_vision_remat_gives_the_same_gradients():
@@ -211,12 +212,13 @@ def test_vision_remat_gives_the_same_gradients():
   def grads(model):
     gd, params, rest = nnx.split(model, nnx.Param, ...)
     loss = lambda p: jnp.sum(nnx.merge(gd, p, rest).encode_image(px, normalize=True) * w)
-    return jax.grad(loss)(params)
+    return jax.jit(jax.grad(loss))(params)  # one program, as the trainer runs it (not ~150 eager ops)
 
   assert remat.vision_model.encoder.remat and not remat.text_model.encoder.remat
   g_ref, g = grads(ref), grads(remat)
-  for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g)):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g)):  # two programs, fused differently: fp32 rounding
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(b, a, atol=1e-6 * max(1.0, np.abs(a).max()), rtol=1e-5)
 
 
 @pytest.mark.parametrize("remat", [False, True])
