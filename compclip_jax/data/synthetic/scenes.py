@@ -81,9 +81,12 @@ def held_out_pairings(seed: int = 0) -> frozenset:
 def _objects(rng: np.random.Generator) -> list[tuple[str, str, str, str]]:
   """Two objects (size, colour, shape, texture): one small and one large, in random order; distinct colours (the
   colour names each object)."""
-  sizes = [str(z) for z in rng.permutation(SIZES)]
-  colors = rng.choice(list(COLORS), 2, replace=False)
-  return [(z, str(c), str(rng.choice(SHAPES)), str(rng.choice(TEXTURES))) for z, c in zip(sizes, colors)]
+  # indices drawn, not names: the same draws as rng.choice / rng.permutation of the names (the world of a seed is
+  # unchanged), without turning the name lists into numpy arrays for every object (~20 tries a held-out scene)
+  sizes = [SIZES[i] for i in rng.permutation(len(SIZES))]
+  colors = list(COLORS)
+  return [(z, colors[c], SHAPES[rng.integers(len(SHAPES))], TEXTURES[rng.integers(len(TEXTURES))])
+          for z, c in zip(sizes, rng.choice(len(colors), 2, replace=False))]
 
 
 def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False) -> dict:
@@ -92,7 +95,7 @@ def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False)
   "side": a's slot when beside (0 left, 1 right)}"""
   while True:
     objs = _objects(rng)
-    rel, where = str(rng.choice(RELATIONS)), str(rng.choice(list(SCENES)))
+    rel, where = RELATIONS[rng.integers(len(RELATIONS))], list(SCENES)[rng.integers(len(SCENES))]
     side = int(rng.integers(2))
     if (pairing_key(*objs) in held) == benchmark:
       return {"objects": objs, "relation": rel, "scene": where, "side": side}
@@ -153,15 +156,15 @@ def _paint(img: Image.Image, shape: str, box, color, texture: str) -> None:
   mask = Image.new("L", (w, h), 0)
   _draw(ImageDraw.Draw(mask), shape, (0, 0, w - 1, h - 1), 255)
   fill = Image.new("RGB", (w, h), color)
-  d, period = ImageDraw.Draw(fill), max(4, w // 5)
+  d, period, shade = ImageDraw.Draw(fill), max(4, w // 5), _shade(color)
   if texture == "striped":
     for y in range(0, h, period):
-      d.rectangle((0, y, w, y + max(1, period // 4) - 1), fill=_shade(color))
+      d.rectangle((0, y, w, y + max(1, period // 4) - 1), fill=shade)
   elif texture == "dotted":
     r = max(1, period // 5)
     for y in range(period // 2, h, period):
       for x in range(period // 2, w, period):
-        d.ellipse((x - r, y - r, x + r, y + r), fill=_shade(color))
+        d.ellipse((x - r, y - r, x + r, y + r), fill=shade)
   img.paste(fill, (x0, y0), mask)
 
 
