@@ -623,18 +623,16 @@ def _traffic(f: dict) -> str:
 
 @block("docs/architecture.md", "developing")
 def _developing() -> str:
-  s, cold = figures("test_suite_fast"), figures("test_suite_cold")
+  measured = lambda r: f"{r['figures']['passed']} passed in {minsec(r['figures']['seconds'])} " \
+      f"({r['figures']['conditions']})"
+  fast, cold = record("test_suite_fast"), record("test_suite_cold")
   return _table(["command", "what", "measured (2 CPU cores)"], [
       [
-          f"`{record('test_suite_fast')['command']}`",
-          "the fast loop: everything but training runs and other tests over ~15 s",
-          f"{s['passed']} passed in {minsec(s['seconds'])} ({s['conditions']})"
+          f"`{fast['command']}`", "the fast loop: everything but training runs and other tests over ~15 s",
+          measured(fast)
       ],
-      [
-          f"`{record('test_suite_cold')['command']}`",
-          "the whole suite, what CI runs (`slow` included; `manual` skipped)",
-          f"{cold['passed']} passed in {minsec(cold['seconds'])} ({cold['conditions']})"
-      ],
+      [f"`{cold['command']}`", "the whole suite, what CI runs (`slow` included; `manual` skipped)",
+       measured(cold)],
       [
           "`COMPCLIP_MANUAL_TESTS=1 python -m pytest tests/demo/test_demo_effect.py -s`",
           "the manual tier: the demo's effect", ""
@@ -646,7 +644,6 @@ def _developing() -> str:
 
 # ------------------------------------------------------------------------------------------------ pages
 
-
 TRAJECTORIES = os.path.join(ROOT, "tests", "fixtures", "reference")
 
 
@@ -655,8 +652,9 @@ def _whole_run(name: str) -> dict:
   one shape: steps per side, worst relative loss difference (term, step), lr, logit scale, gradient norm, worst
   weight ratio at steps 10 and 50 (tensor)."""
   folder = os.path.join(TRAJECTORIES, f"trajectory_{name}")
-  path = next(os.path.join(folder, f) for f in (f"trajectory_{name}_worst.json", "worst.json")
-              if os.path.exists(os.path.join(folder, f)))
+  path = next(
+      os.path.join(folder, f) for f in (f"trajectory_{name}_worst.json", "worst.json")
+      if os.path.exists(os.path.join(folder, f)))
   w = _read(path)
   steps = w["steps"]
   out = {"ours": steps["ours"], "theirs": steps.get("theirs", steps.get("reference"))}
@@ -682,15 +680,21 @@ def _whole_runs() -> str:
   e = lambda x: f"{x:.1e}"
   rows = [
       ["optimiser steps (ours / theirs)", *(f"{r['ours']} / {r['theirs']}" for r in runs.values()), "equal"],
-      ["worst loss term, relative (term, step)",
-       *(f"{e(r['loss'][0])} ({r['loss'][1]}, step {r['loss'][2]})" for r in runs.values()), "1e-4"],
+      [
+          "worst loss term, relative (term, step)",
+          *(f"{e(r['loss'][0])} ({r['loss'][1]}, step {r['loss'][2]})" for r in runs.values()), "1e-4"
+      ],
       ["learning rate, relative", *(e(r["lr"]) for r in runs.values()), "1e-5"],
       ["logit scale, absolute", *(e(r["scale"]) for r in runs.values()), "1e-5"],
       ["gradient norm, relative", *(e(r["grad"]) for r in runs.values()), ""],
-      ["‖θ_ours − θ_ref‖ / ‖θ_ref − θ_0‖, step 10", *(f"{e(r['w10'][0])} (`{r['w10'][1]}`)" for r in runs.values()),
-       "1e-3"],
-      ["‖θ_ours − θ_ref‖ / ‖θ_ref − θ_0‖, step 50", *(f"{e(r['w50'][0])} (`{r['w50'][1]}`)" for r in runs.values()),
-       "1e-3"],
+      [
+          "‖θ_ours − θ_ref‖ / ‖θ_ref − θ_0‖, step 10", *(f"{e(r['w10'][0])} (`{r['w10'][1]}`)" for r in runs.values()),
+          "1e-3"
+      ],
+      [
+          "‖θ_ours − θ_ref‖ / ‖θ_ref − θ_0‖, step 50", *(f"{e(r['w50'][0])} (`{r['w50'][1]}`)" for r in runs.values()),
+          "1e-3"
+      ],
   ]
   return _table(["worst over the run", *runs, "tolerance"], rows)
 

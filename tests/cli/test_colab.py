@@ -23,10 +23,15 @@ def _execute(name: str, overrides: str) -> nbformat.NotebookNode:
   return nb
 
 
+def _printed(nb) -> str:
+  """Everything the executed notebook's cells printed."""
+  return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
 def _printed_the_fit_check(nb, checks, rows):
   """Before training, each notebook compiled its configs for the Colab TPU (v5e-1) and printed the table, where
   libtpu is installed (CI installs it); else it said how to get the check."""
-  text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+  text = _printed(nb)
   if importlib.util.find_spec("libtpu") is None:
     assert "fit check for v5e-1 skipped" in text
     return
@@ -45,7 +50,7 @@ def test_demo_notebook_runs_read_tiny(tmp_path):
   nb = _execute("demo.ipynb", f"METHOD, TINY, INSTALL, WORKDIR, COLAB_TPU = 'read', True, False, {str(tmp_path)!r}, ''")
   assert (tmp_path / "report_read.png").exists() and (tmp_path / "clip_all" / "metrics.jsonl").exists()  # + control
   assert not (tmp_path / "pretrained").exists()  # from the shipped starting point
-  text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+  text = _printed(nb)
   assert text.count("fit check skipped: no TPU here and COLAB_TPU is empty") == 2 and " on v5e:1x1" not in text
   shown = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "display_data"]
   assert any("image/png" in o["data"] for o in shown) and any("text/markdown" in o["data"] for o in shown)
@@ -65,5 +70,5 @@ STEPS, BATCH, LR = 4, 8, 1e-4
 WORKDIR, MOUNT_DRIVE, INSTALL = {str(tmp_path / 'work')!r}, False, False""")
   assert (tmp_path / "work" / "clic" / "export" / "hf" / "model.safetensors").exists()
   _printed_the_fit_check(nb, 1, 2)  # clic: clic, clic_clip
-  text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+  text = _printed(nb)
   assert "max relative difference transformers vs JAX" in text

@@ -51,6 +51,7 @@ RELATIONS = ("above", "below", "beside")  # single words, ADP: "to the left of" 
 OPPOSITE = {"above": "below", "below": "above", "beside": "beside"}
 # the scene word (ADV) and the background it names
 SCENES = {"outdoors": (180, 212, 168), "nearby": (212, 212, 218), "ashore": (236, 222, 236), "aloft": (176, 202, 238)}
+_COLOR_NAMES, _SCENE_NAMES = tuple(COLORS), tuple(SCENES)  # what scene() draws indices into
 # object slots as fractions of the image's central square: 0 left, 1 right, 2 top, 3 bottom. Large objects fill
 # ~46 % of the square (≈ 29 px at 64 px, 3–4 patches of 8), small ones ~38 % (in a collage half: ≈ 15 and 12 px).
 _SLOTS = {
@@ -84,9 +85,8 @@ def _objects(rng: np.random.Generator) -> list[tuple[str, str, str, str]]:
   # indices drawn, not names: the same draws as rng.choice / rng.permutation of the names (the world of a seed is
   # unchanged), without turning the name lists into numpy arrays for every object (~20 tries a held-out scene)
   sizes = [SIZES[i] for i in rng.permutation(len(SIZES))]
-  colors = list(COLORS)
-  return [(z, colors[c], SHAPES[rng.integers(len(SHAPES))], TEXTURES[rng.integers(len(TEXTURES))])
-          for z, c in zip(sizes, rng.choice(len(colors), 2, replace=False))]
+  return [(z, _COLOR_NAMES[c], SHAPES[rng.integers(len(SHAPES))], TEXTURES[rng.integers(len(TEXTURES))])
+          for z, c in zip(sizes, rng.choice(len(_COLOR_NAMES), 2, replace=False))]
 
 
 def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False) -> dict:
@@ -95,7 +95,7 @@ def scene(rng: np.random.Generator, held: frozenset, *, benchmark: bool = False)
   "side": a's slot when beside (0 left, 1 right)}"""
   while True:
     objs = _objects(rng)
-    rel, where = RELATIONS[rng.integers(len(RELATIONS))], list(SCENES)[rng.integers(len(SCENES))]
+    rel, where = RELATIONS[rng.integers(len(RELATIONS))], _SCENE_NAMES[rng.integers(len(_SCENE_NAMES))]
     side = int(rng.integers(2))
     if (pairing_key(*objs) in held) == benchmark:
       return {"objects": objs, "relation": rel, "scene": where, "side": side}
