@@ -44,6 +44,13 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_shared_folder(tmp_path_factory):
+  """The folder the test processes of this session share (tests/worlds.py)."""
+  from tests import worlds  # pylint: disable=import-outside-toplevel
+  os.environ[worlds.SHARED] = str(worlds.session_root(tmp_path_factory.getbasetemp()))
+
+
 @pytest.fixture(scope="session")
 def benchmarks_dir() -> pathlib.Path:
   """The real annotation files (../shared/benchmarks); tests that need them skip when the folder is absent."""

@@ -161,9 +161,10 @@ def test_training_builds_one_stream(tmp_path):
   """train.setup wires the pipelines so (CLIC :runlocal, 64 rows, batch 8): 8 steps use 64 distinct rows."""
   from compclip_jax.train import loop as train
   from configs import clic
+  from tests import worlds
   c = clic.get_config("runlocal")
   c.evals.benchmarks = ()
-  t = train.setup(c, str(tmp_path))
+  t = train.setup(worlds.use_shared_world(c), str(tmp_path))
   seen, kinds = [], []
   for g in range(8):
     kind = t.method.kind_at(c, g).name

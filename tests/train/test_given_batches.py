@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 
+from tests import worlds
 from compclip_jax import methods
 from compclip_jax.train import loop as train
 from compclip_jax.train import trainer
@@ -19,6 +20,7 @@ def _losses(workdir) -> list[float]:
 def test_a_run_fed_its_own_pipelines_batches_is_the_same_run_and_other_batches_another(tmp_path):
   c = clic.get_config("runlocal")
   c.log_every, c.evals.benchmarks, c.total_steps = 1, (), 4
+  worlds.use_shared_world(c)
   method = methods.get(c.method)
   t = trainer.setup(c, str(tmp_path / "read"))  # the pipelines as the run builds them: record their batches
   given = {k: [] for k in t.pipes}

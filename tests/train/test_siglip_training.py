@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from tests import worlds
 from compclip_jax import methods
 from compclip_jax.errors import UserError
 from compclip_jax.train import loop as train
@@ -28,7 +29,7 @@ def _cfg(method, **overrides):
   for key, value in overrides.items():
     section, name = key.split(".")
     c[section][name] = value
-  return c
+  return worlds.use_shared_world(c)
 
 
 def _transformers_logits(export_dir, ids, pixels):

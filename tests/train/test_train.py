@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from tests import paths
+from tests import paths, worlds
 from compclip_jax import methods
 from compclip_jax.train import state
 from compclip_jax.train import checkpointing
@@ -84,7 +84,7 @@ def _cfg(method, **overrides):
     for p in path:
       node = node[p]
     node[leaf] = value
-  return c
+  return worlds.use_shared_world(c)
 
 
 @pytest.fixture(scope="module")
@@ -188,10 +188,12 @@ def test_overfit_a_small_fixed_set(tmp_path, method):
 
 
 def _main(workdir, *extra, method="clic", env=None, **kw):
+  c = _cfg(method)  # the shared world (tests/worlds.py), unless the flags train on another source
+  world = () if any(f.startswith("--config.data.source=") for f in extra) else (f"--config.data.path={c.data.path}",)
   return subprocess.Popen([
       sys.executable, "-m", "compclip_jax.main", f"--config=configs/{method}.py:runlocal", f"--workdir={workdir}",
       "--config.total_steps=10", "--config.checkpoint.every_steps=2", "--config.log_every=1",
-      "--config.evals.benchmarks=()", *extra
+      "--config.evals.benchmarks=()", *world, *extra
   ], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, **kw)
 
@@ -520,7 +522,7 @@ def test_evals_run_before_during_and_after_training(tmp_path):
   c.evals.every_steps = 3
   c.optim.schedule, c.optim.lr = "constant", 3e-3  # move the weights enough to show in the metrics
   c.loop.forbid_host_sync = True
-  last = train.run(c, str(tmp_path))
+  last = train.run(worlds.use_shared_world(c), str(tmp_path))
   _runlocal_trained_and_exported(tmp_path, last)
   evals = {m["step"]: m for m in _metrics(tmp_path) if "eval/sugarcrepe/mean" in m}
   assert sorted(evals) == [0, 3, 6]
@@ -535,7 +537,7 @@ def test_clic_read_runlocal_trains_evaluates_and_exports(tmp_path):
   """Ours (configs/clic_read.py): CLIC's alternation with READ's two terms; CLIP and the T5 decoder exported."""
   c = CONFIGS["clic_read"].get_config("runlocal")  # evaluation on: before training and at the end
   c.read.export_decoder = True
-  last = train.run(c, str(tmp_path))
+  last = train.run(worlds.use_shared_world(c), str(tmp_path))
   assert np.isfinite(last["loss"]) and np.isfinite(last["read/rec"]) and np.isfinite(last["read/align"])
   lines = _metrics(tmp_path)
   assert [m["step"] for m in lines if "eval/sugarcrepe/mean" in m] == [0, 6]
