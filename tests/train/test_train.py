@@ -187,9 +187,11 @@ def test_overfit_a_small_fixed_set(tmp_path, method):
   assert last < 0.6 * first, (method, losses)
 
 
-def _main(workdir, *extra, method="clic", env=None, **kw):
-  c = _cfg(method)  # the shared world (tests/worlds.py), unless the flags train on another source
-  world = () if any(f.startswith("--config.data.source=") for f in extra) else (f"--config.data.path={c.data.path}",)
+def _main(workdir, *extra, method="clic", env=None, shared_world=True, **kw):
+  """A `python -m compclip_jax.main` training process on `method`'s :runlocal; its synthetic world the session's
+  shared one (tests/worlds.py) unless `shared_world` is False (the run writes its own) or the flags name a source."""
+  own = not shared_world or any(f.startswith("--config.data.source=") for f in extra)
+  world = () if own else (f"--config.data.path={_cfg(method).data.path}",)
   return subprocess.Popen([
       sys.executable, "-m", "compclip_jax.main", f"--config=configs/{method}.py:runlocal", f"--workdir={workdir}",
       "--config.total_steps=10", "--config.checkpoint.every_steps=2", "--config.log_every=1",
@@ -346,7 +348,8 @@ def _wait_for_step(run, metrics, after: int):
 
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path, clic4):
-  """jax.distributed on 127.0.0.1: 2 processes × 4 CPU devices train 4 steps like 1 process × 8 devices (clic4)."""
+  """jax.distributed on 127.0.0.1: 2 processes × 4 CPU devices train 4 steps like 1 process × 8 devices (clic4; the
+  same world, written by this run's process 0 into its workdir)."""
   import portpicker
   port = portpicker.pick_unused_port()
   env = {"XLA_FLAGS": paths.xla_flags(4), "JAX_PLATFORMS": "cpu", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
@@ -354,7 +357,8 @@ def test_two_processes_match_one(tmp_path, clic4):
   procs = [
       _main(tmp_path / "two", f"--config.total_steps={steps}",
             f"--config.checkpoint.every_steps={CLIC4['checkpoint.every_steps']}",
-            f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}", env=env)
+            f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}", env=env,
+            shared_world=False)  # process 0 writes the world into the workdir, process 1 waits for it
       for i in range(2)
   ]
   outs = [p.communicate(timeout=600)[0] for p in procs]
