@@ -48,12 +48,11 @@ SPEED_KNOBS = {
 # ViT-L/14 (CLIC's larger model; READ's paper trains B/32 only, so its L/14 rows are what one would need).
 SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16")
 MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}
-# The paper grid is compiled at fp32 compute with XLA's attention, and a v4 as one device per TensorCore (the speed
-# table has the recipes' bf16 and fused attention; the compile command's default v4 is megacore)
-V4_CORES = ("--chip_config=default",)
+# The paper grid is compiled at fp32 compute with XLA's attention (the speed table has the recipes' bf16 and fused
+# attention); its devices are what the slice's VMs list (a v4 or v5p chip: one megacore device)
 CASES = {
     **{f"{m}_{size}_{t}": ("paper", m, model, t, 1,
-                           flags + (T5L if "read" in m else ()) + FP32 + XLA + (V4_CORES if t.startswith("v4") else ()))
+                           flags + (T5L if "read" in m else ()) + FP32 + XLA)
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
@@ -92,12 +91,12 @@ def command(case: str) -> list[str]:
 
 def recorded_command(case: str, r: dict) -> str:
   """The command a case's file records: `command(case)`, less the flags that were the compile command's defaults
-  when a file that does not record its `compute_dtype` was written (fp32 compute, v4 one device per core), and less
+  when a file that does not record its `compute_dtype` was written (fp32 compute), and less
   `model.attention=xla` where a file does not record its `attention` (written before the fused kernel, when the
   recipes' "auto" compiled XLA's attention on a TPU)."""
   argv = command(case)[1:]
   if "compute_dtype" not in r:
-    argv = [a for a in argv if a not in FP32 + V4_CORES]
+    argv = [a for a in argv if a not in FP32]
   if "attention" not in r:
     argv = [a for a in argv if a not in XLA]
   return "python " + " ".join(argv)
