@@ -2,8 +2,8 @@
 (pytest-xdist's workers) and the training subprocesses they start.
 
 A `:runlocal` run writes its world into `<workdir>/world` by default: the scenes, then every sentence tagged by
-spaCy (~3 s a run on 2 cores, most of it spaCy's load and tagging). Dozens of runs in the suite train on the same
-world, so the tests point `data.path` at one written here instead; the run checks it is the world of its size and
+spaCy (loading spaCy and tagging take most of it). Dozens of runs in the suite train on the same world, so the tests
+point `data.path` at one written here instead; the run checks it is the world of its size and
 seed (data/synthetic/world.py) and writes nothing. Runs whose test is about the world in the workdir keep the
 default."""
 import fcntl
