@@ -64,8 +64,9 @@ CASES = {
         ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + XLA + ("--config.batch_size=51200", "--only=clic")),
     # knobs: a grid row that keeps no 10 % margin as it ships, with the switch that buys it (docs/tpu.md)
     # (with scan_layers: the unrolled remat program's compile took more than this host's 24 GB and was killed)
-    "knob_read_l14_v5e-8_remat_vision": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + XLA + (
-        "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read")),
+    **{f"knob_read_l14_{t}_remat_vision": ("knob", "read", "ViT-L/14", t, 1, L14 + T5L + FP32 + XLA + (
+        "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read"))
+       for t in ("v5e-8", "v4-8")},
     # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
     # CLIC, NegCLIP and clic_read ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
     **{f"speed_clic_b32_v5e-8_{name}": ("speed", "clic", "ViT-B/32", "v5e-8", 1, B32 + ("--only=clic", *flags))
