@@ -54,6 +54,9 @@ CASES = {
     **{f"{m}_{size}_{t}": ("paper", m, model, t, 1,
                            flags + (T5L if "read" in m else ()) + FP32 + XLA)
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
+    # the same grid at the recipes' own precision (bf16 mixed precision, the fused attention on a TPU)
+    **{f"{m}_{size}_{t}_bf16": ("recipe", m, model, t, 1, flags + (T5L if "read" in m else ()))
+       for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
     "pod_clic_b32_v5e-16":
