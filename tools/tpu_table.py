@@ -170,7 +170,7 @@ def render_paper() -> str:
   evaluation encoders' largest HBM beside it."""
   lines = [
       "| method, model | slice (devices × HBM) | compute | global batch | step | HBM/device GiB (margin) | "
-      "TFLOP/device | roofline ms | compile s | eval encoders: HBM/device GiB |", "|---|" * 9 + "---|"
+      "TFLOP/device | roofline ms | compile s | eval encoders: HBM/device GiB |", "|" + "---|" * 10
   ]
   for case, (method, model, topology, _, _), r in _measured("paper"):
     steps = r["steps"]
@@ -185,6 +185,37 @@ def render_paper() -> str:
       lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | "
                    f"{DTYPE_NAMES[r.get('compute_dtype', 'float32')]} | {r['global_batch']} | {kind} | "
                    f"{_cell(s)} | {flops} | {roof} | {s['compile_s']:.0f} | {_gib(ev) if evals else '—'} |")
+  return "\n".join(lines)
+
+
+def _fp32_case(case: str) -> str:
+  """The paper grid's fp32 case of a recipe case (`<case>_bf16` → `<case>`)."""
+  return case[:-len("_bf16")]
+
+
+def render_recipe() -> str:
+  """One line per (recipe case, training step), the config as it ships (bf16 mixed precision, the fused attention):
+  HBM/device with margin beside the same step's at fp32 with XLA's attention (the paper grid's row), the bytes the
+  compiler says it moves, the model's FLOPs beside the compiler's, the roofline and its MFU, the compile time; the
+  evaluation encoders' largest HBM."""
+  lines = [
+      "| method, model | slice (devices × HBM) | global batch | step | HBM/device GiB (margin) | at fp32: HBM/device "
+      "GiB (margin) | GB accessed/device | TFLOP/device: model; compiler | roofline ms | roofline MFU | compile s | "
+      "eval encoders: HBM/device GiB |", "|" + "---|" * 12
+  ]
+  for case, (method, model, topology, _, _), r in _measured("recipe"):
+    steps, fp32 = r["steps"], (_load(_fp32_case(case)) or {"steps": {}})["steps"]
+    ev = max((s.get("hbm_bytes_per_device", 0) for k, s in steps.items() if k.startswith("eval_")), default=0)
+    cap = next(iter(steps.values()))["hbm_capacity_bytes_per_device"]
+    for kind, s in steps.items():
+      if kind.startswith("eval_"):
+        continue
+      at32 = _cell(fp32[kind]) if kind in fp32 else "—"
+      speed = (f"{s['bytes_accessed_per_device'] / 1e9:.1f} | {s['model_flops_per_device'] / 1e12:.2f}; "
+               f"{s['flops_per_device'] / 1e12:.2f} | {1e3 * s['roofline_s']:.0f} | {100 * s['mfu']:.0f} %"
+               if "roofline_s" in s else "— | — | — | —")
+      lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | {r['global_batch']} | {kind} | "
+                   f"{_cell(s)} | {at32} | {speed} | {s['compile_s']:.0f} | {_gib(ev) if ev else '—'} |")
   return "\n".join(lines)
 
 
@@ -264,15 +295,16 @@ RUN_STEPS = {"clic": 1250, "clic_read": 1250, "read": 5 * 324}
 
 def render_cost() -> str:
   """What a paper run costs on each measured slice, at the roofline (a lower bound: the compiler's time for its
-  FLOPs and bytes, nothing else): the step time (CLIC and clic_read alternate their two step kinds: the mean of the
+  FLOPs and bytes, nothing else), from the recipe's case (bf16) where it is measured, else the fp32 one: the step time (CLIC and clic_read alternate their two step kinds: the mean of the
   two), samples/s per chip, and the run's minutes and chip-hours."""
   lines = [
       "| method, model | slice | compute | global batch | step ms (roofline) | samples/s/chip | paper run: steps | "
       "minutes | chip-hours |", "|---|---|---|---|---|---|---|---|---|"
   ]
-  for _, (method, model, topology, _, _), r in _measured("paper"):
+  for case, (method, model, topology, _, _), r in _measured("paper"):
     if method not in RUN_STEPS:
       continue
+    r = _load(f"{case}_bf16") or r  # the recipe as it ships where it is measured
     steps = [s for k, s in r["steps"].items() if not k.startswith("eval_")]
     if any("roofline_s" not in s for s in steps):
       continue  # a step that does not fit has no time
@@ -285,7 +317,7 @@ def render_cost() -> str:
 
 
 def render() -> str:
-  return (f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
+  return (f"<!-- recipe -->\n{render_recipe()}\n\n<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
           f"\n<!-- speed -->\n{render_speed()}\n\n<!-- cost -->\n{render_cost()}\n")
 
 
@@ -302,7 +334,8 @@ def write_doc(path: str = DOC) -> None:
   its list between the `not measured` marks with the cases that have no JSON."""
   with open(path) as f:
     doc = f.read()
-  for header, table in (("| method, model | slice (", render_paper()), ("| slice | slices |", render_pod()),
+  for header, table in (("| method, model | slice (devices × HBM) | global", render_recipe()),
+                        ("| method, model | slice (devices × HBM) | compute", render_paper()), ("| slice | slices |", render_pod()),
                         ("| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | temp",
                          render_knobs()), ("| method, model | slice | global batch | step | setting | HBM/device GiB "
                                            "(margin) | GB", render_speed()),

@@ -40,6 +40,7 @@ def test_every_measurement_is_a_known_case_with_its_command():
 def test_the_doc_holds_the_tables_rendered_from_the_measurements():
   with open(DOC) as f:
     doc = f.read()
+  assert tpu_table.render_recipe() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
   assert tpu_table.render_paper() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
   assert tpu_table.render_pod() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
   assert tpu_table.render_knobs() in doc, "docs/tpu.md: paste `python tools/tpu_table.py render`"
@@ -47,13 +48,29 @@ def test_the_doc_holds_the_tables_rendered_from_the_measurements():
 
 
 def test_the_paper_configs_fit_with_margin():
-  """The issue's paper configs, as they ship (every training step and the evaluation encoders)."""
+  """The paper configs, as they ship (bf16) and at fp32 (every training step and the evaluation encoders)."""
   measured = _measured()
-  for case in ("clic_b32_v5e-8", "clic_read_b32_v5e-8", "read_b32_v5e-8", "clic_l14_v5e-16", "clic_l14_v4-8"):
+  for case in (f"{c}{precision}" for c in ("clic_b32_v5e-8", "clic_read_b32_v5e-8", "read_b32_v5e-8",
+                                           "negclip_b32_v5e-8", "clic_l14_v5e-16", "clic_l14_v4-8")
+               for precision in ("", "_bf16")):
     if case not in measured:
       continue  # not measured yet: the doc says so (test_the_doc_names_what_is_not_measured)
     for kind, s in measured[case]["steps"].items():
       assert s["fits"] and s["hbm_bytes_per_device"] <= (1 - MARGIN) * s["hbm_capacity_bytes_per_device"], (case, kind)
+
+
+def test_the_recipe_rows_are_the_recipe_and_the_grid_rows_fp32():
+  """A `<case>_bf16` file was compiled as the recipe ships (bf16 compute, attention "auto", which is the fused
+  kernel on a TPU); its fp32 row beside it in the table is the grid's case of the same name without `_bf16`."""
+  measured = _measured()
+  for case, r in measured.items():
+    kind = tpu_table.CASES[case][0]
+    if kind == "recipe":
+      assert (r["compute_dtype"], r["attention"]) == ("bfloat16", "auto"), case
+      assert tpu_table.CASES[tpu_table._fp32_case(case)][0] == "paper", case
+      assert "compute_dtype" not in tpu_table.recorded_command(case, r), case
+    elif kind == "paper":
+      assert r.get("compute_dtype", "float32") == "float32" and r.get("attention", "xla") == "xla", case
 
 
 @pytest.mark.parametrize("slice_", ["v5e-8", "v4-8"])
