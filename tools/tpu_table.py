@@ -295,8 +295,9 @@ RUN_STEPS = {"clic": 1250, "clic_read": 1250, "read": 5 * 324}
 
 def render_cost() -> str:
   """What a paper run costs on each measured slice, at the roofline (a lower bound: the compiler's time for its
-  FLOPs and bytes, nothing else), from the recipe's case (bf16) where it is measured, else the fp32 one: the step time (CLIC and clic_read alternate their two step kinds: the mean of the
-  two), samples/s per chip, and the run's minutes and chip-hours."""
+  FLOPs and bytes, nothing else), from the recipe's case (bf16) where it is measured, else the fp32 one: the step
+  time (CLIC and clic_read alternate their two step kinds: the mean of the two), samples/s per chip, and the run's
+  minutes and chip-hours."""
   lines = [
       "| method, model | slice | compute | global batch | step ms (roofline) | samples/s/chip | paper run: steps | "
       "minutes | chip-hours |", "|---|---|---|---|---|---|---|---|---|"
@@ -317,7 +318,8 @@ def render_cost() -> str:
 
 
 def render() -> str:
-  return (f"<!-- recipe -->\n{render_recipe()}\n\n<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
+  return (f"<!-- recipe -->\n{render_recipe()}\n\n"
+          f"<!-- paper -->\n{render_paper()}\n\n<!-- pod -->\n{render_pod()}\n\n<!-- knobs -->\n{render_knobs()}\n"
           f"\n<!-- speed -->\n{render_speed()}\n\n<!-- cost -->\n{render_cost()}\n")
 
 
@@ -335,7 +337,8 @@ def write_doc(path: str = DOC) -> None:
   with open(path) as f:
     doc = f.read()
   for header, table in (("| method, model | slice (devices × HBM) | global", render_recipe()),
-                        ("| method, model | slice (devices × HBM) | compute", render_paper()), ("| slice | slices |", render_pod()),
+                        ("| method, model | slice (devices × HBM) | compute", render_paper()),
+                        ("| slice | slices |", render_pod()),
                         ("| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | temp",
                          render_knobs()), ("| method, model | slice | global batch | step | setting | HBM/device GiB "
                                            "(margin) | GB", render_speed()),
