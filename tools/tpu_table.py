@@ -47,6 +47,8 @@ SPEED_KNOBS = {
 # the four methods at their paper batches on the single-host slices and v5e-16, with ViT-B/32 and with
 # ViT-L/14 (CLIC's larger model; READ's paper trains B/32 only, so its L/14 rows are what one would need).
 SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16")
+# the recipe grid adds tpu7x (Ironwood), which the compile command takes as a topology string: 8 chips, 16 devices
+RECIPE_SLICES = {**{t: t for t in SLICES}, "tpu7x-8": "tpu7x:2x2x2"}
 MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}
 # The paper grid is compiled at fp32 compute with XLA's attention (the speed table has the recipes' bf16 and fused
 # attention); its devices are what the slice's VMs list (a v4 or v5p chip: one megacore device)
@@ -55,8 +57,9 @@ CASES = {
                            flags + (T5L if "read" in m else ()) + FP32 + XLA)
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # the same grid at the recipes' own precision (bf16 mixed precision, the fused attention on a TPU)
-    **{f"{m}_{size}_{t}_bf16": ("recipe", m, model, t, 1, flags + (T5L if "read" in m else ()))
-       for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
+    **{f"{m}_{size}_{name}_bf16": ("recipe", m, model, t, 1, flags + (T5L if "read" in m else ()))
+       for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip")
+       for name, t in RECIPE_SLICES.items()},
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
     "pod_clic_b32_v5e-16":
@@ -302,10 +305,12 @@ def render_cost() -> str:
       "| method, model | slice | compute | global batch | step ms (roofline) | samples/s/chip | paper run: steps | "
       "minutes | chip-hours |", "|---|---|---|---|---|---|---|---|---|"
   ]
-  for case, (method, model, topology, _, _), r in _measured("paper"):
+  cells = {case: (spec, r) for case, spec, r in _measured("paper")}
+  for case, spec, r in _measured("recipe"):
+    cells[_fp32_case(case)] = (spec, r)  # the recipe as it ships where it is measured
+  for (method, model, topology, _, _), r in cells.values():
     if method not in RUN_STEPS:
       continue
-    r = _load(f"{case}_bf16") or r  # the recipe as it ships where it is measured
     steps = [s for k, s in r["steps"].items() if not k.startswith("eval_")]
     if any("roofline_s" not in s for s in steps):
       continue  # a step that does not fit has no time
