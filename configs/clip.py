@@ -20,6 +20,7 @@ def get_config(arg: str = ""):
   c.model.compute_dtype = "bfloat16"
   c.model.frozen_dtype = "bfloat16"
   c.model.attention = "auto"  # the fused Pallas kernel on a TPU (scores stay on chip), cuDNN on a GPU, XLA elsewhere
+  c.model.pad_tokens_to = 16  # 77 tokens run as 80: exact, and no layout copy per projection on a TPU (docs/tpu.md)
   c.model.remat_text = True
 
   # Data: COCO-style captions (several per image), Karpathy train + restval

@@ -26,10 +26,13 @@ T5L = ("--config.read.t5.random=True", "--config.read.t5.random_d_model=1024", "
        "--config.read.t5.random_vocab=32128")
 
 # the speed table's settings, in order: each a name and the flags it adds to the recipe (bf16 mixed precision,
-# attention "auto": the fused Pallas kernel on a TPU); the first is fp32 with the explicit attention
+# attention "auto": the fused Pallas kernel on a TPU, the token width padded to 80); the first is fp32 with the
+# explicit attention. Each of them runs 77 tokens wide (PAD1), as every case but the recipe grid's did before
+# `model.pad_tokens_to` existed; the recipe's own row is the recipe grid's v5e-8 case (render_speed)
 FP32 = ("--config.model.compute_dtype=float32",)
 XLA = ("--config.model.attention=xla",)
 EXPLICIT = ("--config.model.attention=explicit",)
+PAD1 = ("--config.model.pad_tokens_to=1",)
 SPEED_KNOBS = {
     "clic": {
         "fp32": FP32 + EXPLICIT, "bf16_explicit": EXPLICIT, "bf16_xla": XLA, "bf16": (),
@@ -54,7 +57,7 @@ MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}
 # attention); its devices are what the slice's VMs list (a v4 or v5p chip: one megacore device)
 CASES = {
     **{f"{m}_{size}_{t}": ("paper", m, model, t, 1,
-                           flags + (T5L if "read" in m else ()) + FP32 + XLA)
+                           flags + (T5L if "read" in m else ()) + FP32 + XLA + PAD1)
        for size, (model, flags) in MODELS.items() for m in ("clic", "clic_read", "read", "negclip") for t in SLICES},
     # the same grid at the recipes' own precision (bf16 mixed precision, the fused attention on a TPU)
     **{f"{m}_{size}_{name}_bf16": ("recipe", m, model, t, 1, flags + (T5L if "read" in m else ()))
@@ -63,26 +66,29 @@ CASES = {
     # pods: the per-device batch of a v5e-8 at 800 (100), so the global batch grows with the chips; the CLIC step
     # alone (its CLIP step and the encoders hold less: the v5e-8 rows)
     "pod_clic_b32_v5e-16":
-        ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + XLA + ("--config.batch_size=1600", "--only=clic")),
+        ("pod", "clic", "ViT-B/32", "v5e-16", 1, B32 + XLA + PAD1 + ("--config.batch_size=1600", "--only=clic")),
     "pod_clic_b32_v5e-256":
-        ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + XLA + ("--config.batch_size=25600", "--only=clic")),
+        ("pod", "clic", "ViT-B/32", "v5e-256", 1, B32 + XLA + PAD1 + ("--config.batch_size=25600", "--only=clic")),
     "pod_clic_b32_2xv5e-256":
-        ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + XLA + ("--config.batch_size=51200", "--only=clic")),
+        ("pod", "clic", "ViT-B/32", "v5e-256", 2, B32 + XLA + PAD1 + ("--config.batch_size=51200", "--only=clic")),
     # knobs: a grid row that keeps no 10 % margin as it ships, with the switch that buys it (docs/tpu.md)
     # (with scan_layers: the unrolled remat program's compile took more than this host's 24 GB and was killed)
-    **{f"knob_read_l14_{t}_remat_vision": ("knob", "read", "ViT-L/14", t, 1, L14 + T5L + FP32 + XLA + (
+    **{f"knob_read_l14_{t}_remat_vision": ("knob", "read", "ViT-L/14", t, 1, L14 + T5L + FP32 + XLA + PAD1 + (
         "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read"))
        for t in ("v5e-8", "v4-8")},
     # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
     # CLIC, NegCLIP and clic_read ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
-    **{f"speed_clic_b32_v5e-8_{name}": ("speed", "clic", "ViT-B/32", "v5e-8", 1, B32 + ("--only=clic", *flags))
+    **{f"speed_clic_b32_v5e-8_{name}":
+           ("speed", "clic", "ViT-B/32", "v5e-8", 1, B32 + ("--only=clic", *flags) + PAD1)
        for name, flags in SPEED_KNOBS["clic"].items()},
-    **{f"speed_read_b32_v5e-8_{name}": ("speed", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=read", *flags))
+    **{f"speed_read_b32_v5e-8_{name}":
+           ("speed", "read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=read", *flags) + PAD1)
        for name, flags in SPEED_KNOBS["read"].items()},
-    **{f"speed_negclip_b32_v5e-8_{name}": ("speed", "negclip", "ViT-B/32", "v5e-8", 1, B32 + ("--only=negclip", *flags))
+    **{f"speed_negclip_b32_v5e-8_{name}":
+           ("speed", "negclip", "ViT-B/32", "v5e-8", 1, B32 + ("--only=negclip", *flags) + PAD1)
        for name, flags in SPEED_KNOBS["negclip"].items()},
     **{f"speed_clic_read_b32_v5e-8_{name}":
-           ("speed", "clic_read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=clic_read", *flags))
+           ("speed", "clic_read", "ViT-B/32", "v5e-8", 1, B32 + T5L + ("--only=clic_read", *flags) + PAD1)
        for name, flags in SPEED_KNOBS["clic_read"].items()},
 }
 
@@ -98,10 +104,13 @@ def command(case: str) -> list[str]:
 
 def recorded_command(case: str, r: dict) -> str:
   """The command a case's file records: `command(case)`, less the flags that were the compile command's defaults
-  when a file that does not record its `compute_dtype` was written (fp32 compute), and less
+  when a file that does not record them was written: `model.pad_tokens_to=1` (the width of the batch) where a file
+  does not record its `pad_tokens_to`, fp32 compute where it does not record its `compute_dtype`, and
   `model.attention=xla` where a file does not record its `attention` (written before the fused kernel, when the
   recipes' "auto" compiled XLA's attention on a TPU)."""
   argv = command(case)[1:]
+  if "pad_tokens_to" not in r:
+    argv = [a for a in argv if a not in PAD1]
   if "compute_dtype" not in r:
     argv = [a for a in argv if a not in FP32]
   if "attention" not in r:
@@ -265,11 +274,11 @@ DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def _setting(extra: tuple) -> str:
-  """A speed case's flags beyond the recipe, as the table names them."""
+  """A speed case's flags beyond the recipe, as the table names them (bf16 unless they set another dtype)."""
   flags = [f[2:].replace("config.", "") for f in extra if not f.startswith(("--only", "--config.model.random",
                                                                             "--config.read.t5."))]
   if not any(f.startswith("model.compute_dtype") for f in flags):
-    flags.insert(0, "bf16 (the recipe)")
+    flags.insert(0, "bf16")
   return ", ".join(f"`{f}`" if "=" in f else f for f in flags)
 
 
@@ -280,14 +289,16 @@ def render_speed() -> str:
       "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | GB accessed/device | "
       "TFLOP/device: model; compiler | roofline ms | roofline MFU |", "|---|---|---|---|---|---|---|---|---|---|"
   ]
-  for _, (method, model, topology, _, extra), r in _measured("speed"):
-    for kind, s in r["steps"].items():
-      if kind.startswith("eval_"):
-        continue
-      lines.append(f"| {method}, {model} | {topology} | {r['global_batch']} | {kind} | {_setting(extra)} | "
-                   f"{_cell(s)} | {s['bytes_accessed_per_device'] / 1e9:.1f} | "
-                   f"{s['model_flops_per_device'] / 1e12:.2f}; {s['flops_per_device'] / 1e12:.2f} | "
-                   f"{1e3 * s['roofline_s']:.0f} | {100 * s['mfu']:.0f} % |")
+  row = lambda method, model, topology, r, kind, setting: (
+      f"| {method}, {model} | {topology} | {r['global_batch']} | {kind} | {setting} | {_cell(r['steps'][kind])} | "
+      f"{r['steps'][kind]['bytes_accessed_per_device'] / 1e9:.1f} | "
+      f"{r['steps'][kind]['model_flops_per_device'] / 1e12:.2f}; {r['steps'][kind]['flops_per_device'] / 1e12:.2f} | "
+      f"{1e3 * r['steps'][kind]['roofline_s']:.0f} | {100 * r['steps'][kind]['mfu']:.0f} % |")
+  for case, (method, model, topology, _, extra), r in _measured("speed"):
+    lines += [row(method, model, topology, r, kind, _setting(extra)) for kind in r["steps"] if kind == method]
+    recipe = _load(f"{method}_b32_{topology}_bf16") if case.endswith("_bf16") else None
+    if recipe is not None:  # after its 77-token row, the recipe as it ships: the recipe grid's case, its own step
+      lines.append(row(method, model, topology, recipe, method, "the recipe (bf16, 80 tokens wide)"))
   return "\n".join(lines)
 
 

@@ -165,7 +165,7 @@ def fit_check(c, topology: str | None = None, num_slices: int = 1, find: bool = 
       "topology": topology, "chips": chips * num_slices, "devices": len(devices), "num_slices": num_slices,
       "cores_per_device": getattr(devices[0], "num_cores", None) or 1, "method": c.method, "global_batch": c.batch_size,
       "text_len": text_len or "full", "compute_dtype": c.model.compute_dtype, "attention": c.model.attention,
-      "steps": {r["step"]: r["json"] for r in rows}
+      "pad_tokens_to": c.model.pad_tokens_to, "steps": {r["step"]: r["json"] for r in rows}
   }
   if find:
     out["largest_global_batch"] = find_batch(c, devices, capacity)

@@ -19,8 +19,8 @@ from compclip_jax.models.layers import Linear
 class TextTransformer(nnx.Module):
   """Token + position embeddings, causal encoder, final LN, EOT pooling (METHODS §4)."""
   def __init__(self, cfg: TextConfig, dt: DTypes = DTypes(), *, rngs: nnx.Rngs, remat: bool = False,
-               attention: str = "explicit", remat_policy: str = "full", scan: bool = False):
-    self.cfg, self.dt = cfg, dt
+               attention: str = "explicit", remat_policy: str = "full", scan: bool = False, pad_tokens_to: int = 1):
+    self.cfg, self.dt, self.pad_tokens_to = cfg, dt, pad_tokens_to
     self.embeddings = Embeddings()
     self.embeddings.token_embedding = nnx.Embed(
         cfg.vocab_size, cfg.width, dtype=dt.compute, param_dtype=dt.param, rngs=rngs,
@@ -34,17 +34,31 @@ class TextTransformer(nnx.Module):
   def __call__(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] (L ≤ context_length) → pooled [B, W]: the final-LN hidden state at EOT. The last block runs
     at the EOT position only (Encoder's `rows`): `hidden_states(ids)[b, eot[b]]` to fp32 rounding (≤ 1e-6, tested)."""
-    return self.final_layer_norm(self.encoder(self._embed(ids), causal=True, rows=eot_positions(ids, self.cfg)))
+    eot = eot_positions(ids, self.cfg)
+    return self.final_layer_norm(self.encoder(self._embed(self._padded(ids)), causal=True, rows=eot))
 
   def hidden_states(self, ids: jax.Array) -> jax.Array:
     """ids int [B, L] → hidden [B, L, W] after the final LN, every position (HF's `last_hidden_state`)."""
-    return self.final_layer_norm(self.encoder(self._embed(ids), causal=True))
+    hidden = self.final_layer_norm(self.encoder(self._embed(self._padded(ids)), causal=True))
+    return hidden[:, :ids.shape[1]]
+
+  def _padded(self, ids: jax.Array) -> jax.Array:
+    """ids [B, L] → [B, L'], L rounded up to a multiple of `pad_tokens_to` with token 0 after the text. Exact: under
+    the causal mask no position before L sees one after it, and the pooled position is found in the unpadded ids.
+    Why (docs/tpu.md, "The token width"): at 77 tokens XLA:TPU lays a projection's [B, 77, W] output out with the
+    77 axis outermost and copies it into the row-major layout the attention kernel reads, once per projection and
+    pass; at 80 it writes the kernel's layout directly."""
+    extra = -ids.shape[1] % self.pad_tokens_to
+    return jnp.pad(ids, ((0, 0), (0, extra))) if extra else ids
 
   def _embed(self, ids: jax.Array) -> jax.Array:
     """ids [B, L] → [B, L, W] in the compute dtype: looked up and summed in the tables' dtype, then cast (so trained
-    fp32 tables get fp32 gradients under bf16 compute)."""
+    fp32 tables get fp32 gradients under bf16 compute). Positions past the context length (`_padded`'s) get no
+    position embedding."""
     e = self.embeddings
-    x = jnp.take(e.token_embedding.embedding[...], ids, axis=0) + e.position_embedding.embedding[:ids.shape[1]]
+    positions = e.position_embedding.embedding[:ids.shape[1]]
+    positions = jnp.pad(positions, ((0, ids.shape[1] - positions.shape[0]), (0, 0)))
+    x = jnp.take(e.token_embedding.embedding[...], ids, axis=0) + positions
     return x.astype(self.dt.compute)
 
 
@@ -103,16 +117,18 @@ class CLIP(nnx.Module):
   Precision (docs/performance.md): each tower has its own DTypes, storage (`param`) and `compute`; parameters that
   are trained stay fp32 (`param`), so gradients and AdamW moments are fp32 whatever the compute dtype; embeddings
   leave the towers through `l2_normalize` in fp32, so logits and losses are fp32. `attention` (ATTENTION) and
-  `remat_policy` (REMAT_POLICIES, used with `remat_text` / `remat_vision`) and `scan_layers` (both towers' blocks as
-  a scan) change speed, memory and compile time, not the function computed. `remat_vision` matters only where the
-  vision tower trains (READ): a frozen tower has no backward pass to recompute for.
+  `remat_policy` (REMAT_POLICIES, used with `remat_text` / `remat_vision`), `scan_layers` (both towers' blocks as
+  a scan) and `pad_tokens_to` (the text tower's token width rounded up to a multiple of it: TextTransformer._padded)
+  change speed, memory and compile time, not the function computed. `remat_vision` matters only where the vision
+  tower trains (READ): a frozen tower has no backward pass to recompute for.
   """
   def __init__(self, cfg: CLIPConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
                vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
-               remat_policy: str = "full", scan_layers: bool = False, remat_vision: bool = False):
+               remat_policy: str = "full", scan_layers: bool = False, remat_vision: bool = False,
+               pad_tokens_to: int = 1):
     self.cfg = cfg
     self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text, attention=attention,
-                                      remat_policy=remat_policy, scan=scan_layers)
+                                      remat_policy=remat_policy, scan=scan_layers, pad_tokens_to=pad_tokens_to)
     self.vision_model = VisionTransformer(cfg.vision, vision_dtypes, rngs=rngs, remat=remat_vision, attention=attention,
                                           remat_policy=remat_policy, scan=scan_layers)
     init = inits(rngs, "kernel_init")

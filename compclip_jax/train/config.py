@@ -50,9 +50,10 @@ def base(method: str) -> ml_collections.ConfigDict:
   # ("" → model.compute_dtype, which the recipe sets, as it sets model.attention); remat_policy "full" |
   # "dots_no_batch" | "dots_saveable" | "none" for a rematerialised tower; scan_layers: each tower's blocks as one
   # lax.scan (compiled once; docs/tpu.md); remat_vision: the vision tower's blocks rematerialised, for a method that
-  # trains them.
+  # trains them; pad_tokens_to: CLIP's text tower runs its token width rounded up to a multiple of this (padding after
+  # the text, exact under the causal mask; 16 spares XLA:TPU a layout copy per projection at 77 tokens: docs/tpu.md).
   c.model = dict(init="", model_name="", activation="", random="", text_compute_dtype="", vision_compute_dtype="",
-                 remat_policy="full", scan_layers=False, remat_vision=False)
+                 remat_policy="full", scan_layers=False, remat_vision=False, pad_tokens_to=1)
   c.data = _data()
   c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
   # asynchronous: orbax writes a checkpoint in the background once it is on the host (train/checkpointing.py)
@@ -164,6 +165,7 @@ def runlocal(c: ml_collections.ConfigDict, world_size: int = 64, model: str = "t
   # figures are in these numerics (a CPU has no bf16 matrix unit to gain from)
   c.model.compute_dtype = c.model.frozen_dtype = "float32"
   c.model.attention = "explicit"
+  c.model.pad_tokens_to = 1  # the width the batch has: the PyTorch references' shapes
   c.model.remat_text = False  # a tiny model on a CPU: the second forward costs time and saves nothing that matters
   c.data.source, c.data.synthetic_format, c.data.synthetic_size = "synthetic", c.data.source, world_size
   c.data.image_size = 32
@@ -213,7 +215,7 @@ RANGES = (("batch_size", _POS), ("num_epochs", _POS), ("total_steps", (_NONNEG[0
           ("data.num_workers", _NONNEG), ("data.image_size", _POS),
           ("evals.every_steps", (_NONNEG[0], "≥ 0 (0: before and after training only)")), ("evals.batch_size", _POS),
           ("mesh.data", _MESH), ("mesh.fsdp", _MESH), ("mesh.min_fsdp_size", _NONNEG),
-          ("peak_flops", (_NONNEG[0], "≥ 0 (0: no MFU)")))
+          ("peak_flops", (_NONNEG[0], "≥ 0 (0: no MFU)")), ("model.pad_tokens_to", (_POS[0], "≥ 1 (1: no padding)")))
 
 # (key, its values): the shared string switches
 CHOICES = (("siglip.contrastive", ("sigmoid", "softmax")), ("siglip.negatives", ("columns", "pair_softmax")))

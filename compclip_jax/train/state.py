@@ -65,7 +65,8 @@ def clip_factory(c: ml_collections.ConfigDict):
   def make(cfg, rngs: nnx.Rngs | None = None):
     return loading.model_class(cfg)(cfg, rngs=nnx.Rngs(c.seed) if rngs is None else rngs, text_dtypes=text_dt,
                                     vision_dtypes=vision_dt, remat_text=m.remat_text, remat_vision=m.remat_vision,
-                                    attention=m.attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers)
+                                    attention=m.attention, remat_policy=m.remat_policy, scan_layers=m.scan_layers,
+                                    pad_tokens_to=m.pad_tokens_to)
 
   return make
 

@@ -310,6 +310,17 @@ def test_text_len_is_the_training_steps_token_width():
   assert r.model_flops < 8 * 2 * 3 * wide and r.model_flops > 8 * 2 * 3 * narrow  # 8 rows × 2 texts, trained (×3)
 
 
+def test_padding_the_token_width_runs_the_text_tower_wider_and_counts_the_batchs_flops():
+  """model.pad_tokens_to=16: the full-width batch (77 tokens) runs through the text tower as 80; the model FLOPs are
+  still those of the 77-token batch (what MFU divides), the compiler's count grows with the padding."""
+  c = _tiny(negclip, batch_size=8)
+  wide = _tiny(negclip, batch_size=8, **{"model.pad_tokens_to": 16})
+  r, r80 = (aot.compile_steps(x, jax.devices()[:4], encoders=False)["negclip"] for x in (c, wide))
+  width = clip_config.tiny().text.width
+  assert f"[4,80,{width}]" in r80.hlo and f"[4,80,{width}]" not in r.hlo, "each device's 2 × 2 captions, 80 wide"
+  assert r80.model_flops == r.model_flops and r80.flops > r.flops
+
+
 def test_a_config_mistake_is_the_trainers_one_message():
   """The compile check validates the config as training does (not its data paths: it reads no data)."""
   from compclip_jax.train.trainer import ConfigError

@@ -61,17 +61,21 @@ def test_the_paper_configs_fit_with_margin():
 
 def test_the_recipe_rows_are_the_recipe_and_the_grid_rows_fp32():
   """A `<case>_bf16` file was compiled as the recipe ships (bf16 compute, attention "auto", which is the fused
-  kernel on a TPU); its fp32 row beside it in the table is the grid's case of the same name without `_bf16` (tpu7x
-  has none)."""
+  kernel on a TPU, 77 tokens run as 80); its fp32 row beside it in the table is the grid's case of the same name
+  without `_bf16` (tpu7x has none)."""
   measured = _measured()
   for case, r in measured.items():
-    kind = tpu_table.CASES[case][0]
+    kind, method = tpu_table.CASES[case][:2]
     if kind == "recipe":
-      assert (r["compute_dtype"], r["attention"]) == ("bfloat16", "auto"), case
+      recipe = importlib.import_module(f"configs.{method}").get_config().model
+      assert (r["compute_dtype"], r["attention"], r.get("pad_tokens_to")) == (
+          recipe.compute_dtype, recipe.attention, recipe.pad_tokens_to) == ("bfloat16", "auto", 16), case
       fp32 = tpu_table._fp32_case(case)
       assert tpu_table.CASES[fp32][0] == "paper" if fp32 in tpu_table.CASES else "tpu7x" in case, case
       assert "compute_dtype" not in tpu_table.recorded_command(case, r), case
-    elif kind == "paper":
+    else:  # every other case runs the batch's own width (measured before the switch, or with it set to 1)
+      assert r.get("pad_tokens_to", 1) == 1 and "--config.model.pad_tokens_to=1" in tpu_table.command(case), case
+    if kind == "paper":
       assert r.get("compute_dtype", "float32") == "float32" and r.get("attention", "xla") == "xla", case
 
 

@@ -127,6 +127,36 @@ def test_trimming_padding_changes_nothing(tmp_path, case):
   np.testing.assert_allclose(np.asarray(model.encode_text(cut)), np.asarray(model.encode_text(ids)), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("case", ["quickgelu-argmax", "gelu-first-eos"])
+def test_padding_the_token_width_changes_nothing(tmp_path, case):
+  """model.pad_tokens_to: 77 tokens run as 80 (pad tokens past the context length, no position embedding) give
+  transformers' embeddings at 77, the same gradient as at 77, and hidden states of the batch's own width."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  act, eos_cfg, eot, pad, vocab = CASES[case]
+  hf = fx.random_hf_clip(fx.hf_clip_config(act, eos_cfg, vocab))
+  hf.save_pretrained(tmp_path)
+  model, _, _ = load_clip(str(tmp_path))
+  ids = fx.varied_ids(6, 77, vocab, eot, pad, seed=3)
+  ids[1, 70:] = vocab - 1  # a caption that runs to the last position
+  ids[1, 76] = eot
+
+  def run(pad_to):
+    model.text_model.pad_tokens_to = pad_to
+    grad = nnx.grad(lambda m: jnp.sum(m.encode_text(ids, normalize=True)[:, :4]))(model)
+    return (np.asarray(model.encode_text(ids)), np.asarray(model.text_model.hidden_states(jnp.asarray(ids))),
+            jax.tree.leaves(nnx.state(grad, nnx.Param)))
+
+  (emb, hidden, grad), (emb80, hidden80, grad80) = run(1), run(16)
+  assert model.text_model._padded(jnp.asarray(ids)).shape == (6, 80) and hidden80.shape == hidden.shape
+  np.testing.assert_allclose(emb80, fx.hf_text(hf, ids), atol=EMB_TOL, rtol=0)
+  np.testing.assert_allclose(emb80, emb, atol=1e-6, rtol=0)
+  np.testing.assert_allclose(hidden80, hidden, atol=1e-5, rtol=0)
+  for g, g80 in zip(grad, grad80):
+    np.testing.assert_allclose(np.asarray(g80), np.asarray(g), atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["ViT-B-32", "ViT-B-16", "ViT-L-14", "ViT-L-14-336"])
 def test_named_shapes_match_transformers(name):
   """The built-in open_clip shapes, written as an HF config.json, give transformers' parameter count exactly."""

@@ -145,7 +145,9 @@ class SigLIP(nnx.Module):
   `models.clip.CLIP`: each tower has its DTypes, embeddings leave `encode_*` normalised in fp32."""
   def __init__(self, cfg: SiglipConfig, *, rngs: nnx.Rngs, text_dtypes: DTypes = DTypes(),
                vision_dtypes: DTypes = DTypes(), remat_text: bool = False, attention: str = "explicit",
-               remat_policy: str = "full", scan_layers: bool = False, remat_vision: bool = False):
+               remat_policy: str = "full", scan_layers: bool = False, remat_vision: bool = False,
+               pad_tokens_to: int = 1):
+    del pad_tokens_to  # CLIP's causal text tower only: SigLIP's attends both ways and pools the last position
     self.cfg = cfg
     self.text_model = TextTransformer(cfg.text, text_dtypes, rngs=rngs, remat=remat_text, attention=attention,
                                       remat_policy=remat_policy, scan=scan_layers)
