@@ -43,6 +43,7 @@ NEUTRAL = (
     "model.remat_vision",
     "model.remat_policy",
     "model.scan_layers",
+    "model.pad_tokens_to",
     # represented by the resolved values of the fingerprint (total_steps) or there under the same name
     "num_epochs",
     "drop_last")
