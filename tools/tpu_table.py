@@ -53,8 +53,8 @@ SLICES = ("v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16")
 # the recipe grid adds tpu7x (Ironwood), which the compile command takes as a topology string: 8 chips, 16 devices
 RECIPE_SLICES = {**{t: t for t in SLICES}, "tpu7x-8": "tpu7x:2x2x2"}
 MODELS = {"b32": ("ViT-B/32", B32), "l14": ("ViT-L/14", L14)}
-# The paper grid is compiled at fp32 compute with XLA's attention (the speed table has the recipes' bf16 and fused
-# attention); its devices are what the slice's VMs list (a v4 or v5p chip: one megacore device)
+# The paper grid is compiled at fp32 compute with XLA's attention and the batch's 77 tokens (the recipe grid after it
+# compiles the recipes as they ship); its devices are what the slice's VMs list (a v4 or v5p chip: one megacore device)
 CASES = {
     **{f"{m}_{size}_{t}": ("paper", m, model, t, 1,
                            flags + (T5L if "read" in m else ()) + FP32 + XLA + PAD1)
