@@ -223,9 +223,7 @@ def render_recipe() -> str:
       if kind.startswith("eval_"):
         continue
       at32 = _cell(fp32[kind]) if kind in fp32 else "—"
-      speed = (f"{s['bytes_accessed_per_device'] / 1e9:.1f} | {s['model_flops_per_device'] / 1e12:.2f}; "
-               f"{s['flops_per_device'] / 1e12:.2f} | {1e3 * s['roofline_s']:.0f} | {100 * s['mfu']:.0f} %"
-               if "roofline_s" in s else "— | — | — | —")
+      speed = _traffic(s) if "roofline_s" in s else "— | — | — | —"
       lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | {r['global_batch']} | {kind} | "
                    f"{_cell(s)} | {at32} | {speed} | {s['compile_s']:.0f} | {_gib(ev) if ev else '—'} |")
   return "\n".join(lines)
@@ -289,17 +287,20 @@ def render_speed() -> str:
       "| method, model | slice | global batch | step | setting | HBM/device GiB (margin) | GB accessed/device | "
       "TFLOP/device: model; compiler | roofline ms | roofline MFU |", "|---|---|---|---|---|---|---|---|---|---|"
   ]
-  row = lambda method, model, topology, r, kind, setting: (
-      f"| {method}, {model} | {topology} | {r['global_batch']} | {kind} | {setting} | {_cell(r['steps'][kind])} | "
-      f"{r['steps'][kind]['bytes_accessed_per_device'] / 1e9:.1f} | "
-      f"{r['steps'][kind]['model_flops_per_device'] / 1e12:.2f}; {r['steps'][kind]['flops_per_device'] / 1e12:.2f} | "
-      f"{1e3 * r['steps'][kind]['roofline_s']:.0f} | {100 * r['steps'][kind]['mfu']:.0f} % |")
   for case, (method, model, topology, _, extra), r in _measured("speed"):
-    lines += [row(method, model, topology, r, kind, _setting(extra)) for kind in r["steps"] if kind == method]
+    head = f"| {method}, {model} | {topology} | {r['global_batch']} | {method} |"
+    lines.append(f"{head} {_setting(extra)} | {_cell(r['steps'][method])} | {_traffic(r['steps'][method])} |")
     recipe = _load(f"{method}_b32_{topology}_bf16") if case.endswith("_bf16") else None
     if recipe is not None:  # after its 77-token row, the recipe as it ships: the recipe grid's case, its own step
-      lines.append(row(method, model, topology, recipe, method, "the recipe (bf16, 80 tokens wide)"))
+      s = recipe["steps"][method]
+      lines.append(f"{head} the recipe (bf16, 80 tokens wide) | {_cell(s)} | {_traffic(s)} |")
   return "\n".join(lines)
+
+
+def _traffic(s: dict) -> str:
+  """A step's GB accessed | model; compiler TFLOP | roofline ms | roofline MFU cells."""
+  return (f"{s['bytes_accessed_per_device'] / 1e9:.1f} | {s['model_flops_per_device'] / 1e12:.2f}; "
+          f"{s['flops_per_device'] / 1e12:.2f} | {1e3 * s['roofline_s']:.0f} | {100 * s['mfu']:.0f} %")
 
 
 # A paper run's optimiser steps (docs/methods.md): CLIC ~1M rows at 800, one epoch (METHODS §1.4; clic_read, ours,
