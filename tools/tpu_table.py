@@ -93,6 +93,29 @@ CASES = {
 }
 
 
+# Cases whose file was compiled before a change to their step's program, with that file's commit: their rows show the
+# earlier program and carry a † (re-measuring a case records a new commit, and its mark goes). READ's paraphrase took
+# a second pass through the text tower before it joined the captions' pass (methods/read/__init__.py); the HBM and
+# the traffic of READ's step are lower since.
+EARLIER_PROGRAM = {
+    "read_b32_v5e-8": "37cb5b0", "read_b32_v4-8": "790a7a8", "read_b32_v5p-8": "c9e73e8", "read_b32_v6e-8": "c9e73e8",
+    "read_b32_v5e-16": "c9e73e8", "read_l14_v5e-8": "a698592", "read_l14_v4-8": "790a7a8",
+    "read_l14_v5p-8": "4929a20", "knob_read_l14_v5e-8_remat_vision": "eaf6739",
+    "knob_read_l14_v4-8_remat_vision": "65de724", "speed_read_b32_v5e-8_fp32": "6ac54b2",
+    "speed_read_b32_v5e-8_bf16_xla": "5503cac", "speed_read_b32_v5e-8_bf16": "5503cac",
+    "speed_read_b32_v5e-8_bf16_no_remat": "01dad36", "read_b32_v5e-8_bf16": "a1a304d"
+}
+
+
+def earlier(case: str, r: dict | None) -> bool:
+  """Whether `case`'s file `r` is the one compiled before its step changed (EARLIER_PROGRAM)."""
+  return r is not None and EARLIER_PROGRAM.get(case) == r.get("measured", {}).get("commit", "")[:7]
+
+
+def _mark(case: str, r: dict | None) -> str:
+  return " †" if earlier(case, r) else ""
+
+
 def command(case: str) -> list[str]:
   _, method, _, topology, slices, extra = CASES[case]
   out = f"docs/tpu_measured/{case}.json"  # relative to the checkout (the command runs there)
@@ -194,7 +217,7 @@ def render_paper() -> str:
         continue
       flops = f"{s['flops_per_device'] / 1e12:.2f}" if "flops_per_device" in s else "—"
       roof = f"{1e3 * s['roofline_s']:.0f}" if "roofline_s" in s else "—"
-      lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | "
+      lines.append(f"| {method}{_mark(case, r)}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | "
                    f"{DTYPE_NAMES[r.get('compute_dtype', 'float32')]} | {r['global_batch']} | {kind} | "
                    f"{_cell(s)} | {flops} | {roof} | {s['compile_s']:.0f} | {_gib(ev) if evals else '—'} |")
   return "\n".join(lines)
@@ -224,8 +247,9 @@ def render_recipe() -> str:
         continue
       at32 = _cell(fp32[kind]) if kind in fp32 else "—"
       speed = _traffic(s) if "roofline_s" in s else "— | — | — | —"
-      lines.append(f"| {method}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | {r['global_batch']} | {kind} | "
-                   f"{_cell(s)} | {at32} | {speed} | {s['compile_s']:.0f} | {_gib(ev) if ev else '—'} |")
+      lines.append(f"| {method}{_mark(case, r)}, {model} | {topology} ({r['devices']} × {_gib(cap)}) | "
+                   f"{r['global_batch']} | {kind} | {_cell(s)} | {at32} | {speed} | {s['compile_s']:.0f} | "
+                   f"{_gib(ev) if ev else '—'} |")
   return "\n".join(lines)
 
 
@@ -251,18 +275,21 @@ def render_knobs() -> str:
       "TFLOP/device | roofline ms | compile s |", "|---|---|---|---|---|---|---|---|---|---|"
   ]
   for case, (method, model, topology, _, extra), r in _measured("knob"):
-    base = _load(case[len("knob_"):case.index(topology) + len(topology)])  # the grid case it changes: knob_<case>_…
+    base_case = case[len("knob_"):case.index(topology) + len(topology)]  # the grid case it changes: knob_<case>_…
+    base = _load(base_case)
     setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra if f.startswith("--config.model.") and
                        not f.startswith(("--config.model.random", "--config.model.compute_dtype")))
     scanned = "--config.model.scan_layers=True" in extra  # XLA counts a scanned loop's body once: no FLOPs to show
-    for label, res in (("the grid's row", base), (setting, r)) if base else ((setting, r),):
+    for label, res, name in ((("the grid's row", base, base_case), (setting, r, case)) if base else
+                             ((setting, r, case),)):
       for kind, s in res["steps"].items():
         if kind.startswith("eval_") or kind not in r["steps"]:
           continue
         temp = _gib(s["temp_bytes"]) if "temp_bytes" in s else "—"
         flops, roof = ("—", "—") if scanned and res is r else \
             (f"{s['flops_per_device'] / 1e12:.2f}", f"{1e3 * s['roofline_s']:.0f}")
-        lines.append(f"| {method}, {model} | {topology} | {res['global_batch']} | {kind} | {label} | {_cell(s)} | "
+        lines.append(f"| {method}{_mark(name, res)}, {model} | {topology} | {res['global_batch']} | {kind} | {label} | "
+                     f"{_cell(s)} | "
                      f"{temp} | {flops} | {roof} | {s['compile_s']:.0f} |")
   return "\n".join(lines)
 
@@ -288,12 +315,13 @@ def render_speed() -> str:
       "TFLOP/device: model; compiler | roofline ms | roofline MFU |", "|---|---|---|---|---|---|---|---|---|---|"
   ]
   for case, (method, model, topology, _, extra), r in _measured("speed"):
-    head = f"| {method}, {model} | {topology} | {r['global_batch']} | {method} |"
-    lines.append(f"{head} {_setting(extra)} | {_cell(r['steps'][method])} | {_traffic(r['steps'][method])} |")
-    recipe = _load(f"{method}_b32_{topology}_bf16") if case.endswith("_bf16") else None
+    head = lambda name, res: f"| {method}{_mark(name, res)}, {model} | {topology} | {res['global_batch']} | {method} |"
+    lines.append(f"{head(case, r)} {_setting(extra)} | {_cell(r['steps'][method])} | {_traffic(r['steps'][method])} |")
+    recipe_case = f"{method}_b32_{topology}_bf16"
+    recipe = _load(recipe_case) if case.endswith("_bf16") else None
     if recipe is not None:  # after its 77-token row, the recipe as it ships: the recipe grid's case, its own step
       s = recipe["steps"][method]
-      lines.append(f"{head} the recipe (bf16, 80 tokens wide) | {_cell(s)} | {_traffic(s)} |")
+      lines.append(f"{head(recipe_case, recipe)} the recipe (bf16, 80 tokens wide) | {_cell(s)} | {_traffic(s)} |")
   return "\n".join(lines)
 
 
@@ -317,10 +345,10 @@ def render_cost() -> str:
       "| method, model | slice | compute | global batch | step ms (roofline) | samples/s/chip | paper run: steps | "
       "minutes | chip-hours |", "|---|---|---|---|---|---|---|---|---|"
   ]
-  cells = {case: (spec, r) for case, spec, r in _measured("paper")}
+  cells = {case: (case, spec, r) for case, spec, r in _measured("paper")}
   for case, spec, r in _measured("recipe"):
-    cells[_fp32_case(case)] = (spec, r)  # the recipe as it ships where it is measured
-  for (method, model, topology, _, _), r in cells.values():
+    cells[_fp32_case(case)] = (case, spec, r)  # the recipe as it ships where it is measured
+  for case, (method, model, topology, _, _), r in cells.values():
     if method not in RUN_STEPS:
       continue
     steps = [s for k, s in r["steps"].items() if not k.startswith("eval_")]
@@ -328,9 +356,10 @@ def render_cost() -> str:
       continue  # a step that does not fit has no time
     t = sum(s["roofline_s"] for s in steps) / len(steps)
     hours = RUN_STEPS[method] * t / 3600
-    lines.append(f"| {method}, {model} | {topology} | {DTYPE_NAMES[r.get('compute_dtype', 'float32')]} | "
-                 f"{r['global_batch']} | {1e3 * t:.0f} | {r['global_batch'] / t / r['chips']:,.0f} | "
-                 f"{RUN_STEPS[method]:,} | {60 * hours:.1f} | {hours * r['chips']:.2f} |")
+    dtype = DTYPE_NAMES[r.get("compute_dtype", "float32")]
+    lines.append(f"| {method}{_mark(case, r)}, {model} | {topology} | {dtype} | {r['global_batch']} | "
+                 f"{1e3 * t:.0f} | {r['global_batch'] / t / r['chips']:,.0f} | {RUN_STEPS[method]:,} | "
+                 f"{60 * hours:.1f} | {hours * r['chips']:.2f} |")
   return "\n".join(lines)
 
 
@@ -344,13 +373,21 @@ DOC = os.path.join(ROOT, "docs", "tpu.md")
 NOT_MEASURED = re.compile(r"(<!-- not measured -->).*?(<!-- /not measured -->)", re.S)
 
 
+EARLIER = re.compile(r"(<!-- earlier program -->).*?(<!-- /earlier program -->)", re.S)
+
+
 def not_measured() -> list[str]:
   return [c for c in CASES if not os.path.exists(os.path.join(MEASURED, f"{c}.json"))]
 
 
+def earlier_program() -> list[str]:
+  return [c for c in CASES if earlier(c, _load(c))]
+
+
 def write_doc(path: str = DOC) -> None:
-  """Replaces docs/tpu.md's two tables (each from its header row to the blank line after it) with `render`'s and
-  its list between the `not measured` marks with the cases that have no JSON."""
+  """Replaces docs/tpu.md's tables (each from its header row to the blank line after it) with `render`'s, its list
+  between the `not measured` marks with the cases that have no JSON, and the one between the `earlier program` marks
+  with the cases whose file shows an earlier program of their step (EARLIER_PROGRAM)."""
   with open(path) as f:
     doc = f.read()
   for header, table in (("| method, model | slice (devices × HBM) | global", render_recipe()),
@@ -364,6 +401,8 @@ def write_doc(path: str = DOC) -> None:
     doc = doc[:i] + table + doc[doc.index("\n\n", i):]
   names = ", ".join(f"`{c}`" for c in not_measured()) or "none"
   doc = NOT_MEASURED.sub(lambda m: m.group(1) + names + m.group(2), doc)
+  names = ", ".join(f"`{c}`" for c in earlier_program()) or "none"
+  doc = EARLIER.sub(lambda m: m.group(1) + names + m.group(2), doc)
   with open(path, "w") as f:
     f.write(doc)
 

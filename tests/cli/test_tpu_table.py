@@ -100,6 +100,22 @@ def test_the_doc_names_what_is_not_measured():
     assert (f"`{case}`" in listed) == (case in tpu_table.not_measured()), (case, "python tools/tpu_table.py write")
 
 
+def test_the_doc_names_and_marks_what_shows_an_earlier_program():
+  """A case in EARLIER_PROGRAM is listed and its rows carry a † while its file is the one of the listed commit; a
+  file of that case measured at another commit is today's program (no mark)."""
+  with open(DOC) as f:
+    doc = f.read()
+  listed = tpu_table.EARLIER.search(doc).group(0)
+  for case in tpu_table.CASES:
+    assert (f"`{case}`" in listed) == (case in tpu_table.earlier_program()), (case, "python tools/tpu_table.py write")
+  case, commit = next(iter(tpu_table.EARLIER_PROGRAM.items()))
+  assert tpu_table.earlier(case, {"measured": {"commit": commit + "abc"}})
+  assert not tpu_table.earlier(case, {"measured": {"commit": "0000000"}}) and not tpu_table.earlier(case, None)
+  assert not tpu_table.earlier("clic_b32_v5e-8", {"measured": {"commit": commit}})
+  marked = [line for line in tpu_table.render().splitlines() if " †," in line]
+  assert len(marked) >= len(tpu_table.earlier_program()) and all(line.startswith("| read") for line in marked)
+
+
 def test_write_is_what_the_doc_holds(tmp_path):
   """`write` on a copy of the doc changes nothing (the doc is up to date), and on a stale copy restores it."""
   with open(DOC) as f:

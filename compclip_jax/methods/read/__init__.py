@@ -5,8 +5,9 @@ decoder + paraphrase alignment. One READ step, record → loss:
    caption T, 3 rule-based swap negatives of T (masked when empty), a paraphrase T' (the paraphrase file, else another
    distinct caption: what the reference ran), and the reconstruction target y, a caption of the same image (METHODS
    §2.2). The pipeline tokenises y with the T5 tokenizer (EOS appended, pad 0), T' with CLIP's.
-2. images normalised with the model's constants; texts [T (B); n1; n2; n3 (3B)] through the text tower: the pooled
-   output (EOT after the final LN, before text_projection) and its projection, L2-normalised.
+2. images normalised with the model's constants; texts T, n1, n2, n3 and T' through the text tower in one pass
+   (sample-major, [B·5, L]): the pooled output (EOT after the final LN, before text_projection) and its projection,
+   L2-normalised.
 3. the frozen decoder reads W·pooled(T) as a length-1 sequence and predicts y from y shifted right (start token 0,
    models/t5.shift_right) — T5 dropout on unless `read.t5_dropout=False` (the reference leaves it in train mode).
 4. loss = w_con·L_con + w_rec·L_rec + w_align·L_align (1, 0.1, 0.5; METHODS §2.3, methods/read/losses.py).
@@ -56,12 +57,15 @@ def loss(read_model, batch: dict, rng, norm: tuple, opts: config.LossOptions) ->
   losses.read_loss (metrics read/*, con/*) and read/logit_scale (the stored log-scale this step used)."""
   clip = read_model.clip
   img = base.image_embeddings(clip, batch, norm)
-  by_sample = base.per_sample(clip.pooled_text, batch["ids"])  # [B, 4, width]
-  txt = base.set_major(l2_normalize(clip.project_text(by_sample)))  # [4B, D]
+  # the paraphrase rides in the same pass as the four captions: a second pass would read the trained tower's weights
+  # again in its forward, rematerialised forward and backward (docs/tpu.md, READ's traffic)
+  ids = jnp.concatenate([batch["ids"], batch["para_ids"][:, None]], axis=1)  # [B, 5, L]: T, n1, n2, n3, T'
+  by_sample = base.per_sample(clip.pooled_text, ids)  # [B, 5, width]
+  emb = l2_normalize(clip.project_text(by_sample))  # [B, 5, D]
+  txt, para = base.set_major(emb[:, :4]), emb[:, 4]  # [4B, D], [B, D]
   # the decoder reads the positives sample-major: their rows of the set-major array are not the batch's own shards
   # (XLA gathered them to every device at every decoder layer: docs/tpu.md)
   dec_logits = reconstruction_logits(read_model, by_sample[:, 0], batch["t5_target"], rng, opts.t5_dropout)
-  para = clip.encode_text(batch["para_ids"], normalize=True)
   total, metrics = losses.read_loss(img, txt, batch["neg_valid"], para, dec_logits, batch["t5_target"],
                                     base.logit_scale(clip), opts.w_rec, opts.w_align, opts.align_direction,
                                     w_con=opts.w_con, bias=base.logit_bias(clip, opts.forms),
