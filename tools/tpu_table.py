@@ -40,7 +40,8 @@ SPEED_KNOBS = {
         "bf16_dots_no_batch": ("--config.model.remat_policy=dots_no_batch",)
     },
     "read": {
-        "fp32": FP32 + EXPLICIT, "bf16_xla": XLA, "bf16": (), "bf16_no_remat": ("--config.model.remat_text=False",)
+        "fp32": FP32 + EXPLICIT, "bf16_xla": XLA, "bf16": (), "bf16_no_remat": ("--config.model.remat_text=False",),
+        "bf16_shard_optimizer": ("--config.mesh.shard_optimizer=True",)
     },
     "negclip": {"bf16_xla": XLA, "bf16": ()},  # its fp32 step is the grid's negclip_b32_v5e-8
     "clic_read": {"bf16": ()},  # its fp32 step is the grid's clic_read_b32_v5e-8

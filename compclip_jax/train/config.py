@@ -55,7 +55,9 @@ def base(method: str) -> ml_collections.ConfigDict:
   c.model = dict(init="", model_name="", activation="", random="", text_compute_dtype="", vision_compute_dtype="",
                  remat_policy="full", scan_layers=False, remat_vision=False, pad_tokens_to=1)
   c.data = _data()
-  c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18)
+  # shard_optimizer: AdamW's moments sharded over every device, the parameters as they are (data-parallel: on every
+  # device); each device updates its slice of them (ZeRO stage 1; docs/tpu.md)
+  c.mesh = dict(data=-1, fsdp=1, min_fsdp_size=2 ** 18, shard_optimizer=False)
   # asynchronous: orbax writes a checkpoint in the background once it is on the host (train/checkpointing.py)
   c.checkpoint = dict(every_steps=200, keep=3, asynchronous=True)
   c.log_every = 10

@@ -161,7 +161,8 @@ def _abstract(tree, shardings):
 def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.Mesh, total_steps: int,
                 abstract: bool = False) -> State:
   """Parameter rules, optimiser and shardings; the state on the devices, or (`abstract`) only its shapes and
-  shardings. Optimiser moments get their parameter's sharding (the size rule depends on the shape only)."""
+  shardings. Optimiser moments get their parameter's sharding (the size rule depends on the shape only), or with
+  `mesh.shard_optimizer` one over every device."""
   graphdef, trainable, frozen, decay = split_parameters(c, model)
   if not abstract and any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(trainable)):
     raise ValueError("a model built shapes_only has no values: build_state(…, abstract=True) only")
@@ -172,7 +173,9 @@ def build_state(c: ml_collections.ConfigDict, model: Model, mesh: jax.sharding.M
   train_sh = sharding.state_shardings(mesh, trainable, c.mesh.min_fsdp_size)
   frozen_sh = sharding.state_shardings(mesh, frozen, c.mesh.min_fsdp_size)
   opt_shapes = jax.eval_shape(tx.init, trainable)
-  opt_sh = sharding.state_shardings(mesh, opt_shapes, c.mesh.min_fsdp_size)
+  # the optimiser's moments over every device (`mesh.shard_optimizer`): each device updates its slice, so the update
+  # reads and writes 1/N of the moments and parameters, and XLA all-gathers the new parameters (docs/tpu.md)
+  opt_sh = sharding.state_shardings(mesh, opt_shapes, c.mesh.min_fsdp_size, every_device=c.mesh.shard_optimizer)
   rep = sharding.replicated(mesh)
   state_sh = steps.TrainState(rep, train_sh, opt_sh, rep)
   paths = [".".join(map(str, p)) for p, _ in nnx.to_flat_state(trainable)]
@@ -197,7 +200,8 @@ def jit_steps(c: ml_collections.ConfigDict, method: Method, model: Model, st: St
   for k in method.step_kinds(c):
     norm = k.normalization(k.options(c, size), model.preprocess_mean, model.preprocess_std)
     step = steps.under_mesh(
-        steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, k.loss_options(c), c.optim.clamp_logit_scale), mesh)
+        steps.make_step(k, st.graphdef, st.tx, st.schedule, norm, k.loss_options(c), c.optim.clamp_logit_scale,
+                        st.state_sh.trainable if c.mesh.shard_optimizer else None), mesh)
     out[k.name] = jax.jit(step, in_shardings=(st.state_sh, st.frozen_sh, batch_sh), out_shardings=(st.state_sh, None),
                           donate_argnums=(0,))
   return out

@@ -27,10 +27,12 @@ class TrainState:
 
 
 def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransformation, schedule: optax.Schedule,
-              norm: tuple, loss_options, clamp_logit_scale: bool = False) -> Callable:
+              norm: tuple, loss_options, clamp_logit_scale: bool = False, grad_sharding=None) -> Callable:
   """The (unjitted) step function of `kind`, its images normalised with `norm` = (mean, std), its loss given
   `loss_options` (`kind.loss_options(config)`, built once); `clamp_logit_scale` clips logit_scale to [0, ln 100]
-  after every update (optim.clamp_logit_scale). train/state.py jits it with shardings and donation."""
+  after every update (optim.clamp_logit_scale). `grad_sharding` (the parameters' shardings), when the optimiser
+  state is sharded otherwise: the gradients are reduced to it before the update, so the moments' sharding does not
+  reach back into the backward pass. train/state.py jits it with shardings and donation."""
   def step(state: TrainState, frozen, batch: dict) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
 
@@ -38,6 +40,10 @@ def make_step(kind: StepKind, graphdef: nnx.GraphDef, tx: optax.GradientTransfor
       return kind.loss(nnx.merge(graphdef, trainable, frozen), batch, rng, norm, loss_options)
 
     (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.trainable)
+    if grad_sharding is not None:
+      # without it XLA computes each weight's gradient in slices as the moments hold them, in loops of
+      # collective-permutes, more traffic than the sharded update saves (docs/tpu.md)
+      grads = jax.lax.with_sharding_constraint(grads, grad_sharding)
     updates, opt_state = tx.update(grads, state.opt_state, state.trainable)
     trainable = optax.apply_updates(state.trainable, updates)
     if clamp_logit_scale:

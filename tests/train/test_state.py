@@ -2,6 +2,7 @@
 real values — shapes, dtypes, shardings, trainable / frozen split — with no checkpoint weights read and nothing
 random drawn."""
 import jax
+import numpy as np
 import pytest
 
 from compclip_jax import methods
@@ -32,6 +33,22 @@ def test_shapes_only_is_the_abstract_state_of_the_real_build(module):
   assert sorted(model.flat) == sorted(real_model.flat) and st.trainable_paths == real.trainable_paths
   assert leaves == real_leaves and len(leaves) > 10
   assert model.clip_cfg == real_model.clip_cfg and model.preprocess_mean == real_model.preprocess_mean
+
+
+def test_shard_optimizer_puts_a_slice_of_each_moment_on_every_device():
+  """mesh.shard_optimizer on a data-parallel mesh of 4: AdamW's two moments of each parameter ≥ min_fsdp_size are
+  split 4 ways, on the axis a data-parallel run would replicate; the parameters stay whole on every device."""
+  c = clic.get_config("runlocal")
+  c.mesh.data, c.mesh.fsdp, c.mesh.min_fsdp_size, c.mesh.shard_optimizer = 4, 1, 1024, True
+  _, st, _ = _abstract_state(c, shapes_only=True)
+  params = jax.tree.leaves(st.state.trainable)
+  big = [x for x in params if x.size >= 1024 and any(d % 4 == 0 for d in x.shape)]
+  assert len(big) > 10 and all(x.sharding.is_fully_replicated for x in params)
+  moments = [x for x in jax.tree.leaves(st.state.opt_state) if x.size >= 1024 and any(d % 4 == 0 for d in x.shape)]
+  assert len(moments) == 2 * len(big)
+  for x in moments:
+    shard = x.sharding.shard_shape(x.shape)
+    assert np.prod(shard) * 4 == x.size, (x.shape, shard)
 
 
 def _checkpoints_without_weights(tmp_path):

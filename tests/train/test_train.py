@@ -304,7 +304,7 @@ def test_signals_checkpoint_and_exit_non_zero_and_a_second_trainer_is_refused(tm
 
 # CLIC's :runlocal for 4 steps, every step logged, checkpoints at 2 and 4: the one-process, data-parallel, unsignalled
 # reference of test_a_signal_during_the_read_ahead_checkpoints_this_step_exactly, test_two_processes_match_one and
-# test_fsdp_mesh_and_remat_give_the_same_training
+# test_fsdp_sharded_optimizer_and_remat_give_the_same_training
 CLIC4 = {"total_steps": 4, "log_every": 1, "checkpoint.every_steps": 2}
 
 
@@ -380,12 +380,16 @@ def test_two_processes_match_one(tmp_path, clic4):
     np.testing.assert_allclose(a[k], b[k], rtol=0, atol=steps * 1e-4 + 1e-6, err_msg=k)
 
 
-def test_fsdp_mesh_and_remat_give_the_same_training(tmp_path, clic4):
-  """data 8 × fsdp 1 (default: clic4) vs data 4 × fsdp 2 with every parameter ≥ 1k elements FSDP-sharded and
-  text-block rematerialisation in one run (either one changing the numbers fails it): the same losses."""
+def test_fsdp_sharded_optimizer_and_remat_give_the_same_training(tmp_path, clic4):
+  """data 8 × fsdp 1 (default: clic4) vs data 4 × fsdp 2 with every parameter ≥ 1k elements FSDP-sharded, AdamW's
+  moments sharded over all 8 devices (mesh.shard_optimizer) and text-block rematerialisation in one run (any one
+  changing the numbers fails it): the same losses."""
   train.run(
-      _cfg("clic", **CLIC4, **{"mesh.data": 4, "mesh.fsdp": 2, "mesh.min_fsdp_size": 1024, "model.remat_text": True}),
-      str(tmp_path / "fsdp_remat"))
+      _cfg(
+          "clic", **CLIC4, **{
+              "mesh.data": 4, "mesh.fsdp": 2, "mesh.min_fsdp_size": 1024, "mesh.shard_optimizer": True,
+              "model.remat_text": True
+          }), str(tmp_path / "fsdp_remat"))
   ref = _losses(clic4)
   assert len(ref) == 4
   np.testing.assert_allclose(_losses(tmp_path / "fsdp_remat"), ref, rtol=1e-5)
