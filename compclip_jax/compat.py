@@ -67,7 +67,7 @@ ADDED_KEYS: dict[str, object] = {
     "optim.reference_warmup_cosine": False,  # since a484286: warmup_frac_cosine's own arithmetic, as before
     "optim.fp32_decay_factor": False,  # since a484286: optax.adamw's decay lr·wd·θ, as before
     "model.pad_tokens_to": 1,  # since a1a304d: the text tower at the batch's own width, as before
-    "mesh.shard_optimizer": False,  # since the commit that added it: moments sharded as their parameters, as before
+    "mesh.shard_optimizer": False,  # since e55e3e3: moments sharded as their parameters, as before
 }
 # The parameter rules that name SigLIP's parameters alone (added in 7a03b3a): they match no CLIP parameter, so a run
 # recorded before them is the same run with them (`carry_added_rules`).
