@@ -43,9 +43,16 @@ def shape_bytes(text: str) -> int:
   return total
 
 
+AFTER = "after the gradient/"
+
+
 def _where(op_name: str) -> str:
-  """An op_name → what it computes, layers folded (jit(step)/…/text_model/encoder/layers/3/mlp/fc1/dot_general)."""
-  path = re.sub(r"/(\d+)(?=/)", "/*", op_name.split("jit(step)/")[-1])
+  """An op_name → what it computes, layers folded (jit(step)/…/text_model/encoder/layers/3/mlp/fc1/dot_general).
+  What neither the forward pass (under `jvp`) nor the backward (`transpose`) computes comes after the gradient: the
+  optimiser's update, fused by XLA with the gradient and parameter norms it reads the same tensors for (`AFTER`)."""
+  path = re.sub(r"/(\d+)(?=/)", "/*", re.sub(r"^jit\([^()]*\)/", "", op_name))
+  if "jvp(" not in path and "transpose(" not in path:
+    path = AFTER + path
   path = re.sub(r"\b(jvp|transpose|vmap|checkpoint|remat|rematted_computation|while|body|cond)\(([^()]*)\)", r"\2",
                 path)
   return path
@@ -94,6 +101,8 @@ def group(key: str) -> str:
     return "layout copies"
   if op == "slice-start" or what == "ConcatBitcast":  # a weight's slices brought on chip, and joined there
     return "weights into on-chip memory"
+  if what.startswith(AFTER):
+    return "optimiser and the rest"
   if re.search(r"bqhd|bhqk|bkhd|BTNH|BNTS|softmax|dot_product_attention|reduce_max|pallas_call", what):
     return GROUPS[0]
   if "rematted_computation" in what:

@@ -32,7 +32,21 @@ ENTRY %main (param.0: bf16[4,8], param.1: bf16[8,16]) -> f32[4,16] {
 def test_bytes_of_top_level_instructions_by_what_they_compute():
   t = hlo_traffic.traffic(HLO)
   dot = 2 * 2 * (4 * 8 + 8 * 16 + 4 * 16)  # two fusions: both operands read, the result written; 2 bytes each
-  assert t == {"fusion: text_model/layers/*/mlp/dot_general": dot, "convert: convert_element_type": 2 * 64 + 4 * 64}
+  after = "convert: after the gradient/convert_element_type"  # neither under jvp nor transpose: after the gradient
+  assert t == {"fusion: text_model/layers/*/mlp/dot_general": dot, after: 2 * 64 + 4 * 64}
+  assert hlo_traffic.group("fusion: text_model/layers/*/mlp/dot_general") == "forward matmuls"
+  assert hlo_traffic.group(after) == "optimiser and the rest"
+
+
+def test_the_optimisers_update_is_not_the_forward_pass():
+  """XLA fuses AdamW's update with the norms that read the same tensors, and names the fusion after a norm's
+  reduce_sum: outside jvp and transpose, it is the optimiser, wherever the step was traced (`jit(traced)`)."""
+  hlo = ("ENTRY %main () -> f32[] {\n  %fusion.9 = (f32[]{:T(128)}, f32[512,512]{1,0}) fusion(%a, %b), kind=kLoop, "
+         'calls=%c, metadata={op_name="jit(traced)/reduce_sum"}\n'
+         '  %fusion.8 = f32[512,512]{1,0} fusion(%a), kind=kLoop, calls=%d, metadata={op_name="jit(traced)/jvp()/'
+         'reduce_sum"}\n}\n')
+  t = hlo_traffic.traffic(hlo)
+  assert [hlo_traffic.group(k) for k in t] == ["optimiser and the rest", "forward, other"], t
 
 
 def test_a_weight_brought_on_chip_and_the_kernels_are_grouped_by_what_they_are():
