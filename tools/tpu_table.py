@@ -290,8 +290,7 @@ def render_knobs() -> str:
         flops, roof = ("—", "—") if scanned and res is r else \
             (f"{s['flops_per_device'] / 1e12:.2f}", f"{1e3 * s['roofline_s']:.0f}")
         lines.append(f"| {method}{_mark(name, res)}, {model} | {topology} | {res['global_batch']} | {kind} | {label} | "
-                     f"{_cell(s)} | "
-                     f"{temp} | {flops} | {roof} | {s['compile_s']:.0f} |")
+                     f"{_cell(s)} | {temp} | {flops} | {roof} | {s['compile_s']:.0f} |")
   return "\n".join(lines)
 
 
