@@ -77,6 +77,9 @@ CASES = {
     **{f"knob_read_l14_{t}_remat_vision": ("knob", "read", "ViT-L/14", t, 1, L14 + T5L + FP32 + XLA + PAD1 + (
         "--config.model.remat_vision=True", "--config.model.scan_layers=True", "--only=read"))
        for t in ("v5e-8", "v4-8")},
+    # the other switch for it: AdamW's moments split over the devices instead of whole on each
+    "knob_read_l14_v5e-8_shard_optimizer": ("knob", "read", "ViT-L/14", "v5e-8", 1, L14 + T5L + FP32 + XLA + PAD1 + (
+        "--config.mesh.shard_optimizer=True", "--only=read")),
     # speed: what each knob does to the step's memory traffic, time and MFU at the papers' precision (one step kind,
     # CLIC, NegCLIP and clic_read ViT-B/32 at 800, READ ViT-B/32 + T5-large at 256 on a v5e-8)
     **{f"speed_clic_b32_v5e-8_{name}":
@@ -278,8 +281,8 @@ def render_knobs() -> str:
   for case, (method, model, topology, _, extra), r in _measured("knob"):
     base_case = case[len("knob_"):case.index(topology) + len(topology)]  # the grid case it changes: knob_<case>_…
     base = _load(base_case)
-    setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra if f.startswith("--config.model.") and
-                       not f.startswith(("--config.model.random", "--config.model.compute_dtype")))
+    setting = " ".join(f"`{f[len('--config.'):]}`" for f in extra if f.startswith(("--config.model.", "--config.mesh."))
+                       and not f.startswith(("--config.model.random", "--config.model.compute_dtype")))
     scanned = "--config.model.scan_layers=True" in extra  # XLA counts a scanned loop's body once: no FLOPs to show
     for label, res, name in ((("the grid's row", base, base_case), (setting, r, case)) if base else
                              ((setting, r, case),)):
