@@ -30,12 +30,12 @@ def make_mesh(data: int = -1, fsdp: int = 1, devices: Sequence[jax.Device] | Non
   return Mesh(np.asarray(devices).reshape(data, fsdp), ("data", "fsdp"), axis_types=(AxisType.Auto, AxisType.Auto))
 
 
-def param_spec(shape: tuple[int, ...], fsdp: int, min_size: int, axis: str | tuple[str, ...] = "fsdp") -> P:
-  """Sharded over `axis` (of `fsdp` devices) along the largest dimension it divides, at ≥ `min_size` elements."""
-  if fsdp == 1 or int(np.prod(shape)) < min_size:
+def param_spec(shape: tuple[int, ...], n: int, min_size: int, axis: str | tuple[str, ...] = "fsdp") -> P:
+  """Sharded over `axis` (of `n` devices) along the largest dimension `n` divides, at ≥ `min_size` elements."""
+  if n == 1 or int(np.prod(shape)) < min_size:
     return P()
   for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
-    if shape[dim] % fsdp == 0:
+    if shape[dim] % n == 0:
       return P(*[(axis if d == dim else None) for d in range(len(shape))])
   return P()
 
@@ -46,7 +46,7 @@ def state_shardings(mesh: Mesh, state, min_size: int = 2 ** 18, rules: Sequence[
   size rule for matching parameter paths. `every_device`: shard over both mesh axes, all the devices (the optimiser
   state with `mesh.shard_optimizer`), instead of 'fsdp' alone."""
   axis = ("data", "fsdp") if every_device else "fsdp"
-  fsdp = mesh.size if every_device else mesh.shape["fsdp"]
+  n = mesh.size if every_device else mesh.shape["fsdp"]
   compiled = [(re.compile(r), spec) for r, spec in rules]
 
   def leaf(path, x):
@@ -54,7 +54,7 @@ def state_shardings(mesh: Mesh, state, min_size: int = 2 ** 18, rules: Sequence[
     for pat, spec in compiled:
       if pat.fullmatch(name):
         return NamedSharding(mesh, spec)
-    return NamedSharding(mesh, param_spec(tuple(np.shape(x)), fsdp, min_size, axis))
+    return NamedSharding(mesh, param_spec(tuple(np.shape(x)), n, min_size, axis))
 
   return jax.tree_util.tree_map_with_path(leaf, state)
 

@@ -106,8 +106,7 @@ EARLIER_PROGRAM = {
     "read_b32_v5e-16": "c9e73e8", "read_l14_v5e-8": "a698592", "read_l14_v4-8": "790a7a8",
     "read_l14_v5p-8": "4929a20", "knob_read_l14_v5e-8_remat_vision": "eaf6739",
     "knob_read_l14_v4-8_remat_vision": "65de724", "speed_read_b32_v5e-8_fp32": "6ac54b2",
-    "speed_read_b32_v5e-8_bf16_xla": "5503cac", "speed_read_b32_v5e-8_bf16": "5503cac",
-    "speed_read_b32_v5e-8_bf16_no_remat": "01dad36", "read_b32_v5e-8_bf16": "a1a304d"
+    "speed_read_b32_v5e-8_bf16_xla": "5503cac", "speed_read_b32_v5e-8_bf16_no_remat": "01dad36"
 }
 
 
